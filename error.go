@@ -21,7 +21,6 @@ const (
 	EUNAVAILABLE  = "service-unavailable"
 	EINTERNAL     = "internal-error"
 	EMETHOD       = "method-not-allowed"
-	EMEDIATYPE    = "unsupported-media-type"
 )
 
 // Error is an error that carries a code the caller can act on.

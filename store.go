@@ -62,7 +62,8 @@ type KeyCompleteParams struct {
 }
 
 // StuckStats describe processing records whose lease has ended: orphans that
-// recovery has not yet settled.
+// recovery has not yet settled. OldestAge is measured from the oldest such
+// record's creation, so recovery's back-off does not reset it.
 type StuckStats struct {
 	Count     int
 	OldestAge time.Duration
@@ -77,8 +78,10 @@ type Store interface {
 	// KeyInsert inserts the record and its processing charge atomically with
 	// INSERT ... ON CONFLICT DO NOTHING on UNIQUE (merchant_id, key). When the
 	// key is taken by a live record it returns that record and inserted=false.
-	// A record past its expiry is removed first (its charge is kept): a key
-	// reused after expiry is a new intent.
+	// A completed record past its expiry is removed first (its charge is
+	// kept): a key reused after expiry is a new intent. A processing record
+	// is never removed, expired or not: it is a charge recovery has not
+	// settled yet.
 	KeyInsert(ctx context.Context, p KeyInsertParams) (rec KeyRecord, inserted bool, err error)
 	// KeyGet returns the record, or an ENOTFOUND error.
 	KeyGet(ctx context.Context, merchantID, key string) (KeyRecord, error)
@@ -97,14 +100,16 @@ type Store interface {
 	KeyLeaseSet(ctx context.Context, merchantID, key, token string, d time.Duration, recoveryAttempt bool) error
 	// KeyClaim takes over one processing record whose lease has ended, giving
 	// it newToken and a lease of lease. claimed=false when the record is not
-	// processing or its lease is still running.
+	// processing or its lease is still running, and rec is then the record
+	// as it is; ENOTFOUND when there is no record.
 	KeyClaim(ctx context.Context, merchantID, key, newToken string, lease time.Duration) (rec KeyRecord, claimed bool, err error)
 	// KeysClaimExpired claims up to limit processing records whose lease has
 	// ended, giving each a fresh token and a lease of lease. Two concurrent
 	// callers never claim the same record.
 	KeysClaimExpired(ctx context.Context, lease time.Duration, limit int) ([]KeyRecord, error)
-	// KeysDeleteExpired deletes up to limit records past their expiry and
-	// returns how many it deleted. Charges are never deleted.
+	// KeysDeleteExpired deletes up to limit completed records past their
+	// expiry and returns how many it deleted. Charges are never deleted, and
+	// neither are processing records (recovery still owes them an answer).
 	KeysDeleteExpired(ctx context.Context, limit int) (int, error)
 	// KeysStuck reports processing records whose lease has ended.
 	KeysStuck(ctx context.Context) (StuckStats, error)

@@ -1,0 +1,21 @@
+# The common tasks, with one obvious spelling each. `make help` lists them.
+.PHONY: help run test test-v lint bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+run: ## run the service on the embedded SQLite default
+	go run ./cmd/chargeonce serve
+
+test: ## the README's test command (finds or starts PostgreSQL by itself)
+	go test -race ./...
+
+test-v: ## the tests, printing their measurements (latencies, counts)
+	go test -race -v -run 'Race|InFlight|Soak|Crash' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
+
+lint: ## go vet and gofmt
+	go vet ./...
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+
+bench: ## micro-benchmarks of the hot functions, with allocations
+	go test -run '^$$' -bench . -benchmem ./idempotency/ ./engine/

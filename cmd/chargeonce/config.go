@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/postgres"
+	"github.com/chargeonce/chargeonce/sqlite"
+)
+
+// Defaults of the command-line flags; durations mirror engine's and
+// recovery's defaults.
+const (
+	DefaultDB           = "sqlite:chargeonce.db"
+	DefaultAddr         = "127.0.0.1:8080"
+	DefaultAcquirerAddr = "127.0.0.1:8081"
+	DefaultAcquirer     = "sim"
+	DefaultSlow         = 3 * time.Second
+	DefaultLogLevel     = "info"
+)
+
+// newFlagSet returns a flag set whose usage mentions the env twins.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: chargeonce %s [flags]\n\nEvery flag has an environment twin: --key-ttl is CHARGEONCE_KEY_TTL.\n\n", name)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from its CHARGEONCE_* environment twin. A bad value names the flag.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := envName(f.Name)
+		if v, ok := os.LookupEnv(env); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("invalid value %q for %s (from %s): %v", v, "--"+f.Name, env, serr)
+			}
+		}
+	})
+	return err
+}
+
+func envName(flagName string) string {
+	return "CHARGEONCE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// openStore opens (without migrating) the store named by a --db value.
+func openStore(ctx context.Context, db string) (chargeonce.Store, error) {
+	switch {
+	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
+		s, err := postgres.Open(ctx, db)
+		if err != nil {
+			return nil, fmt.Errorf("--db: %w", err)
+		}
+		return s, nil
+	case strings.HasPrefix(db, "sqlite:"):
+		path := strings.TrimPrefix(db, "sqlite:")
+		if path == "" {
+			return nil, fmt.Errorf("--db: sqlite: needs a file path, as in sqlite:chargeonce.db")
+		}
+		s, err := sqlite.Open(ctx, path)
+		if err != nil {
+			return nil, fmt.Errorf("--db: %w", err)
+		}
+		return s, nil
+	default:
+		return nil, fmt.Errorf("--db must be postgres://… or sqlite:PATH; got %q", redactURL(db))
+	}
+}
+
+// redactURL hides a password in a database URL.
+func redactURL(s string) string {
+	if i := strings.Index(s, "@"); i > 0 {
+		if j := strings.Index(s, "://"); j >= 0 && j < i {
+			if k := strings.Index(s[j+3:i], ":"); k >= 0 {
+				return s[:j+3+k] + ":…" + s[i:]
+			}
+		}
+	}
+	return s
+}
+
+// acquirerFlags are the flags that choose and tune the acquirer.
+type acquirerFlags struct {
+	target  string
+	timeout time.Duration
+	slow    time.Duration
+	latency time.Duration
+}
+
+func (a *acquirerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.target, "acquirer", DefaultAcquirer, "`sim` for the in-process simulator, or the base URL of a remote acquirer")
+	fs.DurationVar(&a.timeout, "acquirer-timeout", 2*time.Second, "how long one acquirer call may take before its outcome counts as unknown")
+	fs.DurationVar(&a.slow, "slow", DefaultSlow, "with --acquirer sim: how long tok_slow takes")
+	fs.DurationVar(&a.latency, "latency", 0, "with --acquirer sim: a delay added to every capture")
+}
+
+// build returns the acquirer, and the simulator when it is in-process.
+func (a *acquirerFlags) build() (chargeonce.Acquirer, *acquirer.Simulator, error) {
+	if a.timeout <= 0 {
+		return nil, nil, fmt.Errorf("--acquirer-timeout must be positive")
+	}
+	if a.target == "sim" {
+		sim := acquirer.NewSimulator(acquirer.Options{Latency: a.latency, Slow: a.slow})
+		return sim, sim, nil
+	}
+	if !strings.HasPrefix(a.target, "http://") && !strings.HasPrefix(a.target, "https://") {
+		return nil, nil, fmt.Errorf("--acquirer must be sim or an http(s):// URL; got %q", a.target)
+	}
+	return acquirer.NewClient(a.target, &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+	}}), nil, nil
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level must be debug, info, warn or error; got %q", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// isLoopback reports whether addr (host:port) only listens on loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

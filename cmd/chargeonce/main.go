@@ -1,0 +1,87 @@
+// Command chargeonce is the charge-once service and its tools:
+//
+//	chargeonce serve      the HTTP API, with recovery and the key sweeper inside
+//	chargeonce acquirer   the stand-alone acquirer simulator
+//	chargeonce migrate    applies the schema to --db
+//	chargeonce reconcile  one recovery pass, then exits
+//
+// Every flag has an environment twin: --key-ttl is CHARGEONCE_KEY_TTL.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one sub-command.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the HTTP API (with recovery and the key sweeper)", runServe},
+		{"acquirer", "run the stand-alone acquirer simulator", runAcquirer},
+		{"migrate", "apply the schema to --db", runMigrate},
+		{"reconcile", "run one recovery pass, then exit", runReconcile},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	var ec exitCode
+	switch {
+	case err == nil:
+	case errors.As(err, &ec):
+		os.Exit(int(ec))
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "chargeonce:", err)
+		os.Exit(1)
+	}
+}
+
+// exitCode is an error that only carries a process exit status; the command
+// has already said what it had to.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// Main runs the sub-command named by args[0].
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return flag.ErrHelp
+		}
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	usage(stderr)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: chargeonce <command> [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'chargeonce <command> -h' for its flags. Every flag has a CHARGEONCE_* environment twin.")
+}

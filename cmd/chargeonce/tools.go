@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/recovery"
+)
+
+func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var addr, logLevel string
+	var slow, latency time.Duration
+	fs := newFlagSet("acquirer", stderr)
+	fs.StringVar(&addr, "addr", DefaultAcquirerAddr, "address to listen on")
+	fs.DurationVar(&slow, "slow", DefaultSlow, "how long tok_slow takes")
+	fs.DurationVar(&latency, "latency", 0, "a delay added to every capture")
+	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, logLevel)
+	if err != nil {
+		return err
+	}
+	sim := acquirer.NewSimulator(acquirer.Options{Latency: latency, Slow: slow})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--addr: %w", err)
+	}
+	srv := &http.Server{Handler: acquirer.Handler(sim), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("acquirer simulator listening", "addr", ln.Addr().String(), "slow", slow, "latency", latency)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var db string
+	fs := newFlagSet("migrate", stderr)
+	fs.StringVar(&db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	store, err := storeFor(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	fmt.Fprintf(stdout, "schema is up to date on %s\n", redactURL(db))
+	return nil
+}
+
+func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var db, logLevel string
+	var lease time.Duration
+	var acq acquirerFlags
+	fs := newFlagSet("reconcile", stderr)
+	fs.StringVar(&db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
+	fs.DurationVar(&lease, "lease", engine.DefaultLease, "the lease recovery takes on each record it claims")
+	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
+	acq.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, logLevel)
+	if err != nil {
+		return err
+	}
+	if lease <= acq.timeout {
+		return fmt.Errorf("--lease (%s) must be longer than --acquirer-timeout (%s)", lease, acq.timeout)
+	}
+	a, _, err := acq.build()
+	if err != nil {
+		return err
+	}
+	store, err := storeFor(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	eng := engine.New(store, a, engine.Options{Lease: lease, AcquirerTimeout: acq.timeout, Logger: log})
+	res, err := recovery.NewRescuer(store, eng, recovery.RescuerOptions{Logger: log}).RunOnce(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery pass: %w", err)
+	}
+	fmt.Fprintf(stdout, "claimed=%d settled=%d deferred=%d stuck=%d oldest_stuck_age=%s\n",
+		res.Claimed, res.Settled, res.Deferred, res.Stuck.Count, res.Stuck.OldestAge.Round(time.Millisecond))
+	return nil
+}

@@ -1,0 +1,358 @@
+// Package engine runs the charge protocol: insert the idempotency record
+// first, commit it, call the acquirer, store the final answer with a
+// compare-and-set on the attempt's token, and replay that answer to every
+// retry. It is the only place that decides what an attempt answers.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/idempotency"
+)
+
+// Defaults of Options.
+const (
+	DefaultLease           = 30 * time.Second
+	DefaultAcquirerTimeout = 2 * time.Second
+	DefaultKeyTTL          = 24 * time.Hour
+	// DefaultWriteTimeout bounds each write that must happen even when the
+	// client has hung up (storing a response, releasing a key).
+	DefaultWriteTimeout = 5 * time.Second
+	// DefaultWriteRetries is how many times storing a final response is
+	// tried before the record is left for recovery.
+	DefaultWriteRetries = 3
+	// DefaultMaxInFlight is a few times a database pool's size: enough to
+	// keep the pool busy, small enough that a retry storm queues in front
+	// of the engine (where abandoned attempts cost nothing) rather than
+	// inside it.
+	DefaultMaxInFlight = 64
+)
+
+// Options configure an Engine. Zero fields take the defaults above.
+type Options struct {
+	Lease           time.Duration
+	AcquirerTimeout time.Duration
+	KeyTTL          time.Duration
+	WriteTimeout    time.Duration
+	WriteRetries    int
+	// MaxInFlight bounds the attempts that run at once. An attempt waits
+	// for a slot with the client's context, so the attempts of clients that
+	// gave up while queued never touch the database; once admitted, an
+	// attempt runs to its end whatever the client does.
+	MaxInFlight int
+	Logger      *slog.Logger
+	// Observer, when set, is told about every outcome (metrics).
+	Observer Observer
+}
+
+// Observer receives events for metrics. Implementations must be safe for
+// concurrent use.
+type Observer interface {
+	// Outcome is called once per attempt with the HTTP status it answered
+	// and whether it was a replay.
+	Outcome(status int, replayed bool)
+	// AcquirerCall is called after every acquirer call.
+	AcquirerCall(d time.Duration, err error)
+}
+
+// Response is what an attempt answers: a status and the exact body bytes.
+type Response struct {
+	Status int
+	Body   []byte
+	// Replayed is true when Body is a stored response being repeated.
+	Replayed bool
+}
+
+// ContentType returns the media type of the body: problem+json for errors.
+func (r Response) ContentType() string {
+	if r.Status >= 400 {
+		return "application/problem+json"
+	}
+	return "application/json"
+}
+
+// Engine runs charges. It is safe for concurrent use; several Engines (one
+// per instance) may share one database.
+type Engine struct {
+	store    chargeonce.Store
+	acquirer chargeonce.Acquirer
+	opts     Options
+	log      *slog.Logger
+	slots    chan struct{}
+}
+
+// New returns an Engine over store and acquirer.
+func New(store chargeonce.Store, acquirer chargeonce.Acquirer, opts Options) *Engine {
+	if opts.Lease <= 0 {
+		opts.Lease = DefaultLease
+	}
+	if opts.AcquirerTimeout <= 0 {
+		opts.AcquirerTimeout = DefaultAcquirerTimeout
+	}
+	if opts.KeyTTL <= 0 {
+		opts.KeyTTL = DefaultKeyTTL
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.WriteRetries <= 0 {
+		opts.WriteRetries = DefaultWriteRetries
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{store: store, acquirer: acquirer, opts: opts, log: opts.Logger, slots: make(chan struct{}, opts.MaxInFlight)}
+}
+
+// Options returns the engine's effective options.
+func (e *Engine) Options() Options { return e.opts }
+
+// Charge runs one attempt of an intent identified by (merchant, key). req
+// must already be normalised. It returns the response to send, or an error
+// whose code says why there is none: EINPROGRESS (409), EKEYREUSED (422), or
+// an internal error (5xx; nothing was charged and the key was released or
+// never written).
+func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest) (Response, error) {
+	resp, err := e.charge(ctx, merchantID, key, req)
+	if e.opts.Observer != nil {
+		status := resp.Status
+		if err != nil {
+			status = statusOf(err)
+		}
+		e.opts.Observer.Outcome(status, resp.Replayed)
+	}
+	return resp, err
+}
+
+func statusOf(err error) int {
+	switch chargeonce.ErrorCode(err) {
+	case chargeonce.EINPROGRESS:
+		return 409
+	case chargeonce.EKEYREUSED:
+		return 422
+	case chargeonce.EUNAVAILABLE:
+		return 503
+	default:
+		return 500
+	}
+}
+
+func (e *Engine) charge(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest) (Response, error) {
+	select {
+	case e.slots <- struct{}{}:
+		defer func() { <-e.slots }()
+	case <-ctx.Done():
+		// Nothing was written: the client gave up while the attempt was
+		// queued, and its retry starts afresh.
+		return Response{}, chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the request was abandoned before it started: %v", ctx.Err())
+	}
+	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
+	token := idempotency.NewToken()
+	// From here on the attempt runs to its end even if the client hangs up:
+	// a statement cancelled mid-flight may still commit after we gave up on
+	// it, leaving a record nobody drives until its lease ends. The client's
+	// retry will find the finished work instead.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AcquirerTimeout)
+	defer cancel()
+	rec, inserted, err := e.store.KeyInsert(ctx, chargeonce.KeyInsertParams{
+		Fingerprint: fp,
+		Token:       token,
+		Lease:       e.opts.Lease,
+		TTL:         e.opts.KeyTTL,
+		Charge: chargeonce.Charge{
+			ID:             idempotency.NewChargeID(),
+			MerchantID:     merchantID,
+			IdempotencyKey: key,
+			OrderID:        req.OrderID,
+			AmountCents:    req.AmountCents,
+			Currency:       req.Currency,
+			PaymentToken:   req.PaymentToken,
+			Description:    req.Description,
+		},
+	})
+	if err != nil {
+		// The insert may have committed even though we saw an error (a
+		// connection lost on COMMIT). Release what our token may own, so a
+		// retry starts afresh instead of waiting out a lease.
+		e.release(ctx, merchantID, key, token)
+		return Response{}, fmt.Errorf("beginning charge: %w", err)
+	}
+	if inserted {
+		// The record is committed: from here on, whatever happens to this
+		// process, recovery can finish the charge with the same reference.
+		return e.drive(ctx, rec, token, false), nil
+	}
+
+	if rec.Fingerprint != fp {
+		return Response{}, chargeonce.Errorf(chargeonce.EKEYREUSED,
+			"this Idempotency-Key was already used for a different request; use a new key for a new payment intent")
+	}
+	if rec.State == chargeonce.KeyCompleted {
+		return replay(rec), nil
+	}
+	if !rec.LeaseExpired {
+		return Response{}, inProgress()
+	}
+	// The attempt that owned the key is gone or gave up on an unknown
+	// outcome. Rather than answer 409 until recovery gets there, this retry
+	// claims the record and re-drives the acquirer with the same reference.
+	claimed, ok, err := e.store.KeyClaim(ctx, merchantID, key, token, e.opts.Lease)
+	if err != nil {
+		return Response{}, fmt.Errorf("claiming expired lease: %w", err)
+	}
+	if !ok {
+		return e.current(ctx, merchantID, key)
+	}
+	return e.drive(ctx, claimed, token, false), nil
+}
+
+func inProgress() error {
+	return chargeonce.Errorf(chargeonce.EINPROGRESS,
+		"another attempt with this Idempotency-Key is still processing; retry after the time in Retry-After")
+}
+
+// release deletes the record token may own; best effort, detached from the
+// client's context.
+func (e *Engine) release(ctx context.Context, merchantID, key, token string) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout)
+	defer cancel()
+	err := e.store.KeyRelease(wctx, merchantID, key, token)
+	if err != nil {
+		code := chargeonce.ErrorCode(err)
+		if code != chargeonce.ESTALE && code != chargeonce.ENOTFOUND {
+			e.log.Error("releasing idempotency key failed", "merchant", merchantID, "err", err)
+		}
+	}
+}
+
+// current answers from the record as it is now: its stored response, or 409.
+func (e *Engine) current(ctx context.Context, merchantID, key string) (Response, error) {
+	rec, err := e.store.KeyGet(ctx, merchantID, key)
+	if err != nil {
+		if chargeonce.ErrorCode(err) == chargeonce.ENOTFOUND {
+			return Response{}, inProgress()
+		}
+		return Response{}, fmt.Errorf("reading idempotency record: %w", err)
+	}
+	if rec.State == chargeonce.KeyCompleted {
+		return replay(rec), nil
+	}
+	return Response{}, inProgress()
+}
+
+func replay(rec chargeonce.KeyRecord) Response {
+	return Response{Status: rec.ResponseStatus, Body: rec.ResponseBody, Replayed: true}
+}
+
+// Recover drives a record that recovery claimed (rec.Token is recovery's own
+// token) to a final answer. On an unknown outcome it backs the record off
+// for backoff and reports false.
+func (e *Engine) Recover(ctx context.Context, rec chargeonce.KeyRecord, backoff time.Duration) (settled bool) {
+	resp := e.drive(ctx, rec, rec.Token, true, backoff)
+	return resp.Status != 202
+}
+
+// drive calls the acquirer for rec's charge and stores the final answer as
+// the attempt owning token. The acquirer is called with the charge's
+// reference, so driving the same record twice can never move money twice.
+//
+// The acquirer call and the writes after it run on a context detached from
+// the client's: a client that hangs up must not leave a charge half-done.
+func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token string, recovering bool, backoff ...time.Duration) Response {
+	ch := rec.Charge
+	base := context.WithoutCancel(ctx)
+	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
+	start := time.Now()
+	res, err := e.acquirer.Capture(actx, chargeonce.CaptureRequest{
+		Reference:    ch.Reference(),
+		OrderID:      ch.OrderID,
+		Merchant:     ch.MerchantID,
+		AmountCents:  ch.AmountCents,
+		Currency:     ch.Currency,
+		PaymentToken: ch.PaymentToken,
+	})
+	cancel()
+	if e.opts.Observer != nil {
+		e.opts.Observer.AcquirerCall(time.Since(start), err)
+	}
+	if err == nil && res.Status != chargeonce.StatusCaptured && res.Status != chargeonce.StatusDeclined {
+		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
+	}
+	if err != nil {
+		// Unknown outcome: the money may or may not have moved. Answer 202
+		// and hand the record to recovery now rather than after the lease.
+		var after time.Duration
+		if len(backoff) > 0 {
+			after = backoff[0]
+		}
+		e.log.Warn("acquirer outcome unknown; record left for recovery",
+			"charge_id", ch.ID, "merchant", ch.MerchantID, "recovering", recovering, "err", err)
+		wctx, wcancel := context.WithTimeout(base, e.opts.WriteTimeout)
+		if err := e.store.KeyLeaseSet(wctx, ch.MerchantID, rec.Key, token, after, recovering); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+			e.log.Error("handing record to recovery failed; it will be recovered when its lease ends",
+				"charge_id", ch.ID, "err", err)
+		}
+		wcancel()
+		return Response{Status: 202, Body: EncodeCharge(&ch)}
+	}
+
+	final := ch
+	final.Status = res.Status
+	final.DeclineCode = res.DeclineCode
+	resp := FinalResponse(&final)
+	err = e.complete(base, chargeonce.KeyCompleteParams{
+		MerchantID:     ch.MerchantID,
+		Key:            rec.Key,
+		Token:          token,
+		ChargeStatus:   final.Status,
+		DeclineCode:    final.DeclineCode,
+		ResponseStatus: resp.Status,
+		ResponseBody:   resp.Body,
+	})
+	switch {
+	case err == nil:
+		return resp
+	case chargeonce.ErrorCode(err) == chargeonce.ESTALE:
+		// Another attempt took the record over (our lease ended) and may
+		// already have stored the answer; that stored answer is the only
+		// one anybody may see.
+		rctx, rcancel := context.WithTimeout(base, e.opts.WriteTimeout)
+		defer rcancel()
+		if cur, gerr := e.store.KeyGet(rctx, ch.MerchantID, rec.Key); gerr == nil && cur.State == chargeonce.KeyCompleted && cur.Charge.ID == ch.ID {
+			return replay(cur)
+		}
+		return Response{Status: 202, Body: EncodeCharge(&ch)}
+	default:
+		// The acquirer answered but the answer could not be stored. The
+		// record stays processing; when its lease ends recovery re-drives
+		// the acquirer with the same reference, which returns the same
+		// answer without moving money again.
+		e.log.Error("storing the acquirer's answer failed; record left for recovery",
+			"charge_id", ch.ID, "status", final.Status, "err", err)
+		return Response{Status: 202, Body: EncodeCharge(&ch)}
+	}
+}
+
+// complete stores the final answer, retrying transient failures.
+func (e *Engine) complete(base context.Context, p chargeonce.KeyCompleteParams) error {
+	var err error
+	for i := 0; i < e.opts.WriteRetries; i++ {
+		if i > 0 {
+			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
+		}
+		wctx, cancel := context.WithTimeout(base, e.opts.WriteTimeout)
+		err = e.store.KeyComplete(wctx, p)
+		cancel()
+		if err == nil || chargeonce.ErrorCode(err) == chargeonce.ESTALE {
+			return err
+		}
+	}
+	return err
+}

@@ -1,0 +1,234 @@
+// Package httpapi is chargeonce's HTTP API (SPEC "HTTP API"): handlers,
+// bearer authentication, request limits and problem+json errors.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/idempotency"
+)
+
+// MaxBodyBytes is the largest request body accepted (413 above it).
+const MaxBodyBytes = 64 << 10
+
+// Server serves the API. Build it with New.
+type Server struct {
+	engine *engine.Engine
+	store  chargeonce.Store
+	keys   *Keys
+	log    *slog.Logger
+	mux    *http.ServeMux
+}
+
+// Config holds a Server's dependencies.
+type Config struct {
+	Engine *engine.Engine
+	Store  chargeonce.Store
+	Keys   *Keys
+	Logger *slog.Logger
+	// Metrics, when set, is served at GET /metrics.
+	Metrics http.Handler
+}
+
+// New returns a Server.
+func New(cfg Config) *Server {
+	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.mux.HandleFunc("POST /v1/charges", s.handleCreateCharge)
+	s.mux.HandleFunc("GET /v1/charges", s.handleListCharges)
+	s.mux.HandleFunc("GET /v1/charges/{id}", s.handleGetCharge)
+	s.mux.HandleFunc("/v1/charges", s.methodNotAllowed)
+	s.mux.HandleFunc("/v1/charges/{id}", s.methodNotAllowed)
+	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
+	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
+	if cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	s.writeError(w, r, chargeonce.Errorf(chargeonce.EMETHOD, "%s is not allowed on %s", r.Method, r.URL.Path))
+}
+
+func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key, err := idempotency.ParseKey(r.Header.Values("Idempotency-Key"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req chargeonce.ChargeRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := req.Normalize(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp, err := s.engine.Charge(r.Context(), merchant.ID, key, &req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", resp.ContentType())
+	if resp.Replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ch, err := s.store.ChargeGet(r.Context(), merchant.ID, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, engine.EncodeCharge(&ch))
+}
+
+func (s *Server) handleListCharges(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	raw := r.URL.Query().Get("order_id")
+	orderID, perr := strconv.ParseInt(raw, 10, 64)
+	if perr != nil || orderID <= 0 {
+		s.writeError(w, r, chargeonce.FieldError("order_id", "the order_id query parameter must be a positive 64-bit integer"))
+		return
+	}
+	charges, err := s.store.ChargesListByOrder(r.Context(), merchant.ID, orderID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b := append(make([]byte, 0, 64+200*len(charges)), `{"data":[`...)
+	for i := range charges {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, engine.EncodeCharge(&charges[i])...)
+	}
+	b = append(b, "]}"...)
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// readyTimeout bounds the database ping of /readyz.
+const readyTimeout = 2 * time.Second
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Warn("readiness check failed", "err", err)
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the database is not reachable"))
+		return
+	}
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// decodeBody reads a JSON object of at most MaxBodyBytes into dst, strictly:
+// unknown fields, wrong types, overflowing integers and trailing data are
+// EINVALID errors that name the field; an oversized body is ETOOLARGE.
+func decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
+	if r.ContentLength > MaxBodyBytes {
+		return tooLarge()
+	}
+	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			var mbe *http.MaxBytesError
+			if errors.As(terr, &mbe) {
+				return tooLarge()
+			}
+			return chargeonce.Errorf(chargeonce.EINVALID, "the body must hold exactly one JSON object; found data after it")
+		}
+		return nil
+	}
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge()
+	case errors.Is(err, io.EOF):
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body is empty; send a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body is malformed JSON: it ends too early")
+	case errors.As(err, &se):
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body is malformed JSON at byte %d: %s", se.Offset, se.Error())
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return chargeonce.Errorf(chargeonce.EINVALID, "the body must be a JSON object, not %s", te.Value)
+		}
+		return chargeonce.FieldError(te.Field, "%s must be %s; got %s", te.Field, expected(te), te.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return chargeonce.FieldError(name, "unknown field %q", name)
+	default:
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body could not be read: %v", err)
+	}
+}
+
+func expected(te *json.UnmarshalTypeError) string {
+	switch te.Type.Kind().String() {
+	case "int64", "int", "int32":
+		return "a positive 64-bit integer"
+	case "string":
+		return "a string"
+	default:
+		return fmt.Sprintf("a JSON %s", te.Type.Kind())
+	}
+}
+
+func tooLarge() error {
+	return chargeonce.Errorf(chargeonce.ETOOLARGE, "the body is larger than %d bytes", MaxBodyBytes)
+}

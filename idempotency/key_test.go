@@ -1,0 +1,101 @@
+package idempotency
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+func TestParseKey(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", MaxKeyLen)
+	for _, tc := range []struct {
+		in   []string
+		want string
+		code string
+	}{
+		{[]string{"abc-123"}, "abc-123", ""},
+		{[]string{`"abc-123"`}, "abc-123", ""},
+		{[]string{"  abc-123\t"}, "abc-123", ""},
+		{[]string{`"a\"b\\c"`}, `a"b\c`, ""},
+		{[]string{long}, long, ""},
+		{[]string{`"` + long + `"`}, long, ""},
+		{[]string{"!~"}, "!~", ""},
+		{nil, "", chargeonce.EMISSINGKEY},
+		{[]string{""}, "", chargeonce.EMISSINGKEY},
+		{[]string{"   "}, "", chargeonce.EMISSINGKEY},
+		{[]string{"a", "b"}, "", chargeonce.EINVALIDKEY},
+		{[]string{long + "k"}, "", chargeonce.EINVALIDKEY},
+		{[]string{"a b"}, "", chargeonce.EINVALIDKEY},
+		{[]string{"clé"}, "", chargeonce.EINVALIDKEY},
+		{[]string{"a\x00b"}, "", chargeonce.EINVALIDKEY},
+		{[]string{"a\x7fb"}, "", chargeonce.EINVALIDKEY},
+		{[]string{`"abc`}, "", chargeonce.EINVALIDKEY},
+		{[]string{`""`}, "", chargeonce.EINVALIDKEY},
+		{[]string{`"a b"`}, "", chargeonce.EINVALIDKEY},
+		{[]string{`"abc";p=1`}, "", chargeonce.EINVALIDKEY},
+		{[]string{`"abc" x`}, "", chargeonce.EINVALIDKEY},
+		{[]string{`"a\nb"`}, "", chargeonce.EINVALIDKEY},
+		{[]string{`"a\qb"`}, "", chargeonce.EINVALIDKEY},
+		{[]string{`"é"`}, "", chargeonce.EINVALIDKEY},
+	} {
+		got, err := ParseKey(tc.in)
+		if tc.code == "" {
+			if err != nil || got != tc.want {
+				t.Errorf("ParseKey(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+			}
+			continue
+		}
+		if code := chargeonce.ErrorCode(err); code != tc.code {
+			t.Errorf("ParseKey(%q) error code = %q (%v), want %q", tc.in, code, err, tc.code)
+		}
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	base := chargeonce.ChargeRequest{OrderID: 1, AmountCents: 100, Currency: "BRL", PaymentToken: "tok_ok"}
+	fp := Fingerprint("POST", "/v1/charges", &base)
+	same := base
+	if Fingerprint("POST", "/v1/charges", &same) != fp {
+		t.Fatal("equal requests have different fingerprints")
+	}
+	for name, mod := range map[string]func(r *chargeonce.ChargeRequest){
+		"order":       func(r *chargeonce.ChargeRequest) { r.OrderID = 2 },
+		"amount":      func(r *chargeonce.ChargeRequest) { r.AmountCents = 101 },
+		"currency":    func(r *chargeonce.ChargeRequest) { r.Currency = "USD" },
+		"token":       func(r *chargeonce.ChargeRequest) { r.PaymentToken = "tok_declined" },
+		"description": func(r *chargeonce.ChargeRequest) { r.Description = "x" },
+		// Length prefixes keep field boundaries: moving bytes between two
+		// adjacent strings changes the fingerprint.
+		"boundary": func(r *chargeonce.ChargeRequest) { r.PaymentToken = "tok_o"; r.Description = "k" },
+	} {
+		r := base
+		mod(&r)
+		if Fingerprint("POST", "/v1/charges", &r) == fp {
+			t.Errorf("changing %s kept the fingerprint", name)
+		}
+	}
+	if Fingerprint("PUT", "/v1/charges", &base) == fp {
+		t.Error("the method is not part of the fingerprint")
+	}
+}
+
+func BenchmarkParseKey(b *testing.B) {
+	v := []string{`"9f1c2e4a-7d3b-4c5e-8f6a-1b2c3d4e5f60"`}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseKey(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFingerprint(b *testing.B) {
+	r := chargeonce.ChargeRequest{OrderID: 123, AmountCents: 25000, Currency: "BRL", PaymentToken: "tok_ok", Description: "order 123"}
+	b.ReportAllocs()
+	for b.Loop() {
+		Fingerprint("POST", "/v1/charges", &r)
+	}
+}

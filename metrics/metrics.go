@@ -1,0 +1,94 @@
+// Package metrics exposes chargeonce's Prometheus metrics: answers by status
+// and replay, acquirer latency and errors, and the orphan gauges operators
+// watch for stuck charges.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// Metrics implements engine.Observer and serves the registry.
+type Metrics struct {
+	reg         *prometheus.Registry
+	outcomes    *prometheus.CounterVec
+	acquirer    *prometheus.HistogramVec
+	stuckCount  prometheus.Gauge
+	stuckOldest prometheus.Gauge
+	// counters cached per status so the hot path does no label lookup.
+	cache map[[2]int]prometheus.Counter
+}
+
+// New registers chargeonce's metrics (and the Go runtime's) in a new
+// registry.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chargeonce_charge_attempts_total",
+			Help: "POST /v1/charges answers from the engine, by HTTP status and whether the answer was a replay.",
+		}, []string{"status", "replayed"}),
+		acquirer: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "chargeonce_acquirer_call_seconds",
+			Help:    "Latency of acquirer capture calls, by result (ok or unknown).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"result"}),
+		stuckCount: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "chargeonce_stuck_records",
+			Help: "Processing idempotency records whose lease has ended (orphans not yet settled by recovery).",
+		}),
+		stuckOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "chargeonce_stuck_oldest_age_seconds",
+			Help: "Age of the oldest processing record whose lease has ended.",
+		}),
+		cache: map[[2]int]prometheus.Counter{},
+	}
+	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, m.stuckOldest,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, st := range []int{201, 202, 402, 409, 422, 500} {
+		for _, rp := range []int{0, 1} {
+			m.cache[[2]int{st, rp}] = m.outcomes.WithLabelValues(strconv.Itoa(st), strconv.FormatBool(rp == 1))
+		}
+	}
+	return m
+}
+
+// Outcome implements engine.Observer.
+func (m *Metrics) Outcome(status int, replayed bool) {
+	rp := 0
+	if replayed {
+		rp = 1
+	}
+	if c, ok := m.cache[[2]int{status, rp}]; ok {
+		c.Inc()
+		return
+	}
+	m.outcomes.WithLabelValues(strconv.Itoa(status), strconv.FormatBool(replayed)).Inc()
+}
+
+// AcquirerCall implements engine.Observer.
+func (m *Metrics) AcquirerCall(d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "unknown"
+	}
+	m.acquirer.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// Stuck records the orphan statistics of a recovery pass.
+func (m *Metrics) Stuck(s chargeonce.StuckStats) {
+	m.stuckCount.Set(float64(s.Count))
+	m.stuckOldest.Set(s.OldestAge.Seconds())
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}

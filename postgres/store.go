@@ -1,0 +1,535 @@
+// Package postgres is chargeonce's production store: chargeonce.Store on
+// PostgreSQL through pgx v5.
+//
+// Every method is one statement in autocommit (data-modifying CTEs where a
+// change spans both tables), so it costs one round trip, commits before it
+// returns, and holds no row lock afterwards. In particular the record that
+// guards an intent is committed before the engine calls the acquirer: a
+// transaction held open across that call would make every retry wait on a
+// row lock instead of getting its answer at once.
+//
+// Leases and expiry are decided by the database's clock (now()), never by an
+// instance's, so instances with skewed clocks still agree on who owns what.
+//
+// Driver errors are translated here: pgx.ErrNoRows becomes a
+// chargeonce.ENOTFOUND error, a lost compare-and-set on a token becomes
+// chargeonce.ESTALE, and everything else is wrapped with what failed.
+//
+// The schema lives in migrations/ (embedded) and is applied by Migrate. All
+// objects are created and queried unqualified, so the store works in
+// whichever schema the connection's search_path names first.
+//
+// Requires PostgreSQL 13 or later (gen_random_uuid is built in from 13).
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// DefaultMaxConns is the pool size when neither WithMaxConns nor the URL's
+// pool_max_conns sets one. Every operation is a single short statement and
+// no connection is held while the acquirer is called, so a small pool serves
+// many concurrent requests; ten per instance also keeps a fleet of instances
+// well under PostgreSQL's default max_connections of 100.
+const DefaultMaxConns = 10
+
+// keyInsertAttempts bounds how often KeyInsert goes round when the record it
+// collided with disappears (released, or expired and deleted) before it can
+// be read. Each round needs another attempt to delete the key in between, so
+// running out means something is badly wrong, not that we are unlucky.
+const keyInsertAttempts = 5
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	maxConns    int
+	maxConnsSet bool // else the URL's pool_max_conns, or DefaultMaxConns
+}
+
+// WithMaxConns sets the most connections the store opens to PostgreSQL. It
+// takes precedence over pool_max_conns in the URL; n must be at least 1.
+func WithMaxConns(n int) Option {
+	return func(o *options) { o.maxConns, o.maxConnsSet = n, true }
+}
+
+// Store is chargeonce.Store on a pgx connection pool. It is safe for
+// concurrent use by many goroutines, and many instances may share one
+// database.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ chargeonce.Store = (*Store)(nil)
+
+// Open connects to the PostgreSQL database at connString (a postgres:// URL
+// or a key=value DSN, as pgx accepts) and checks that it is reachable, so a
+// wrong --db fails at start rather than on the first request. It does not
+// migrate; call Migrate.
+func Open(ctx context.Context, connString string, opts ...Option) (*Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("parsing PostgreSQL connection string: %w", err)
+	}
+	switch {
+	case o.maxConnsSet && (o.maxConns < 1 || o.maxConns > math.MaxInt32):
+		return nil, fmt.Errorf("opening PostgreSQL store: max conns must be at least 1, got %d", o.maxConns)
+	case o.maxConnsSet:
+		cfg.MaxConns = int32(o.maxConns)
+	case !strings.Contains(connString, "pool_max_conns"):
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MinConns > cfg.MaxConns {
+		cfg.MinConns = cfg.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening PostgreSQL pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Pool returns the store's connection pool, for the readiness check, metrics
+// and tests that need to reach under the store.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ping reports whether the database is reachable.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pinging PostgreSQL: %w", err)
+	}
+	return nil
+}
+
+// Close waits for borrowed connections to come back and closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// The columns of a record joined to its charge, in the order scanRecord
+// reads them: k is an idempotency_keys row (table or CTE), c its charge.
+// LeaseExpired and the expiry are computed here, by the database's clock.
+const recordColumns = `
+	k.merchant_id, k.key, k.fingerprint, k.token, k.state,
+	k.lease_until, k.lease_until <= now(), k.recovery_attempts,
+	k.response_status, k.response_body, k.created_at, k.expires_at,
+	k.expires_at <= now(),
+	c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
+	c.currency, c.payment_token, c.description, c.status, c.decline_code,
+	c.created_at`
+
+// scanRecord scans recordColumns, optionally preceded by extra columns.
+// expired reports whether the record was past its expiry when read.
+func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bool, err error) {
+	var (
+		state       string
+		status      *int32
+		chStatus    string
+		declineCode *string
+	)
+	dest := append(extra,
+		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
+		&rec.LeaseUntil, &rec.LeaseExpired, &rec.RecoveryAttempts,
+		&status, &rec.ResponseBody, &rec.CreatedAt, &rec.ExpiresAt,
+		&expired,
+		&rec.Charge.ID, &rec.Charge.MerchantID, &rec.Charge.IdempotencyKey, &rec.Charge.OrderID, &rec.Charge.AmountCents,
+		&rec.Charge.Currency, &rec.Charge.PaymentToken, &rec.Charge.Description, &chStatus, &declineCode,
+		&rec.Charge.CreatedAt,
+	)
+	if err := row.Scan(dest...); err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	rec.State = chargeonce.KeyState(state)
+	if status != nil {
+		rec.ResponseStatus = int(*status)
+	}
+	rec.Charge.Status = chargeonce.Status(chStatus)
+	if declineCode != nil {
+		rec.Charge.DeclineCode = *declineCode
+	}
+	return rec, expired, nil
+}
+
+// keyInsertSQL inserts the record and its charge and, when the key is taken,
+// reads the record that took it, all in one statement and one round trip.
+//
+// The first branch returns the new record when the insert won. The second
+// reads the existing record when it did not; it sees the statement's
+// snapshot, so a record committed by a concurrent attempt while this
+// statement waited on it is invisible there, and the statement then returns
+// no row at all (KeyInsert reads again with a fresh snapshot). Replays of a
+// record committed earlier, the common case, are answered in one round trip.
+const keyInsertSQL = `
+WITH k AS (
+	INSERT INTO idempotency_keys
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id, expires_at)
+	VALUES ($1, $2, $3, $4, 'processing', now() + $5::interval, $6, now() + $7::interval)
+	ON CONFLICT (merchant_id, key) DO NOTHING
+	RETURNING *
+), c AS (
+	INSERT INTO charges
+		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status)
+	SELECT $6, $1, $2, $8, $9, $10, $11, $12, 'processing' FROM k
+	RETURNING *
+)
+SELECT true, ` + recordColumns + `
+FROM k JOIN c ON c.id = k.charge_id
+UNION ALL
+SELECT false, ` + recordColumns + `
+FROM idempotency_keys k JOIN charges c ON c.id = k.charge_id
+WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+
+// keyGetSQL reads a record and its charge. It takes no row lock (no FOR
+// UPDATE): the inserting attempt committed before calling the acquirer, so
+// there is never a long transaction to wait behind, and a retry must get its
+// answer (replay, 409 or 422) at once.
+const keyGetSQL = `
+SELECT ` + recordColumns + `
+FROM idempotency_keys k JOIN charges c ON c.id = k.charge_id
+WHERE k.merchant_id = $1 AND k.key = $2`
+
+// KeyInsert writes first and lets the database refuse: INSERT ... ON
+// CONFLICT DO NOTHING on the primary key (merchant_id, key), with the
+// processing charge inserted by the same statement, so the record and its
+// charge commit together or not at all. There is no check-then-act window:
+// of any number of concurrent attempts exactly one gets inserted=true, and
+// the others get the winner's record.
+//
+// A completed record past its expiry is deleted (its charge is kept) and
+// the insert retried: a key reused after expiry is a new intent. A record
+// still processing at its expiry is not: it is an unsettled charge that only
+// recovery may finish, and deleting it would leave a charge the acquirer may
+// have captured forever processing with nothing to re-drive it. The retry
+// still gets the existing record, and recovery settles it as usual.
+//
+// lease_until and expires_at are now()+p.Lease and now()+p.TTL on the
+// database's clock.
+func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
+	ch := p.Charge
+	for range keyInsertAttempts {
+		var inserted bool
+		rec, expired, err := scanRecord(s.pool.QueryRow(ctx, keyInsertSQL,
+			ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID, p.TTL,
+			ch.OrderID, ch.AmountCents, ch.Currency, ch.PaymentToken, ch.Description,
+		), &inserted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The key is taken by a record this statement's snapshot
+			// cannot see (committed while we waited on it), or the record
+			// vanished meanwhile. Look again with a fresh snapshot.
+			rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyGetSQL, ch.MerchantID, ch.IdempotencyKey))
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // released or swept since: try the insert again
+			}
+		}
+		if err != nil {
+			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: %w", err)
+		}
+		if inserted {
+			return rec, true, nil
+		}
+		if expired && rec.State == chargeonce.KeyCompleted {
+			if _, err := s.pool.Exec(ctx, `
+				DELETE FROM idempotency_keys
+				WHERE merchant_id = $1 AND key = $2 AND state = 'completed' AND expires_at <= now()`,
+				ch.MerchantID, ch.IdempotencyKey); err != nil {
+				return chargeonce.KeyRecord{}, false, fmt.Errorf("deleting expired idempotency key: %w", err)
+			}
+			continue
+		}
+		return rec, false, nil
+	}
+	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: the existing record kept disappearing; gave up after %d attempts", keyInsertAttempts)
+}
+
+// KeyGet returns the record and its charge, or ENOTFOUND. Like the read in
+// KeyInsert it takes no row lock.
+func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.KeyRecord, error) {
+	rec, _, err := scanRecord(s.pool.QueryRow(ctx, keyGetSQL, merchantID, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "idempotency key %q not found", key)
+	}
+	if err != nil {
+		return chargeonce.KeyRecord{}, fmt.Errorf("reading idempotency key: %w", err)
+	}
+	return rec, nil
+}
+
+// KeyComplete is a compare-and-set on the attempt's token: the record is
+// completed and its charge given its final status in one statement, and only
+// if the record is still processing and p.Token still owns it. An attempt
+// whose lease recovery took over finds its token replaced and gets ESTALE,
+// so it can never overwrite the answer recovery stores.
+func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
+	var n int
+	err := s.pool.QueryRow(ctx, `
+WITH k AS (
+	UPDATE idempotency_keys
+	SET state = 'completed', response_status = $4, response_body = $5, updated_at = now()
+	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
+	RETURNING charge_id
+), c AS (
+	UPDATE charges
+	SET status = $6, decline_code = NULLIF($7, ''), updated_at = now()
+	FROM k WHERE charges.id = k.charge_id
+)
+SELECT count(*) FROM k`,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.ChargeStatus), p.DeclineCode,
+	).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("completing idempotency key: %w", err)
+	}
+	if n == 0 {
+		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", p.Key)
+	}
+	return nil
+}
+
+// KeyRelease deletes a processing record and its processing charge, in one
+// statement, when token still owns it; otherwise ESTALE and nothing changes.
+// It is for attempts that failed before calling the acquirer: no money can
+// have moved, so the retry may start afresh.
+func (s *Store) KeyRelease(ctx context.Context, merchantID, key, token string) error {
+	var n int
+	err := s.pool.QueryRow(ctx, `
+WITH k AS (
+	DELETE FROM idempotency_keys
+	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
+	RETURNING charge_id
+), c AS (
+	DELETE FROM charges USING k
+	WHERE charges.id = k.charge_id AND charges.status = 'processing'
+)
+SELECT count(*) FROM k`, merchantID, key, token).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("releasing idempotency key: %w", err)
+	}
+	if n == 0 {
+		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", key)
+	}
+	return nil
+}
+
+// KeyLeaseSet moves the end of token's lease to now()+d on the database's
+// clock, and counts a recovery attempt when recoveryAttempt is set. ESTALE
+// when token no longer owns a processing record.
+func (s *Store) KeyLeaseSet(ctx context.Context, merchantID, key, token string, d time.Duration, recoveryAttempt bool) error {
+	tag, err := s.pool.Exec(ctx, `
+UPDATE idempotency_keys
+SET lease_until = now() + $4::interval,
+    recovery_attempts = recovery_attempts + CASE WHEN $5::boolean THEN 1 ELSE 0 END,
+    updated_at = now()
+WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'`,
+		merchantID, key, token, d, recoveryAttempt)
+	if err != nil {
+		return fmt.Errorf("setting idempotency key lease: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", key)
+	}
+	return nil
+}
+
+// KeyClaim takes over one processing record whose lease has ended, in one
+// UPDATE whose WHERE clause re-checks the lease: of two concurrent claimers
+// the second waits for the first's row lock, re-evaluates the condition on
+// the row the first wrote, finds a running lease and claims nothing.
+//
+// When nothing is claimed, rec is the record as it is now (still processing
+// under another lease, or completed), so the caller can tell which; a
+// record that does not exist is ENOTFOUND.
+func (s *Store) KeyClaim(ctx context.Context, merchantID, key, newToken string, lease time.Duration) (chargeonce.KeyRecord, bool, error) {
+	rec, _, err := scanRecord(s.pool.QueryRow(ctx, `
+WITH k AS (
+	UPDATE idempotency_keys
+	SET token = $3, lease_until = now() + $4::interval, updated_at = now()
+	WHERE merchant_id = $1 AND key = $2 AND state = 'processing' AND lease_until <= now()
+	RETURNING *
+)
+SELECT `+recordColumns+`
+FROM k JOIN charges c ON c.id = k.charge_id`, merchantID, key, newToken, lease))
+	if err == nil {
+		return rec, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.KeyRecord{}, false, fmt.Errorf("claiming idempotency key: %w", err)
+	}
+	rec, err = s.KeyGet(ctx, merchantID, key)
+	if err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	return rec, false, nil
+}
+
+// KeysClaimExpired claims up to limit processing records whose lease has
+// ended, oldest lease first, giving each a fresh random token and a lease of
+// lease, in one statement.
+//
+// FOR UPDATE SKIP LOCKED lets concurrent recovery loops (one per instance)
+// split the backlog instead of queueing behind each other; a row another
+// loop claimed and committed after this statement's snapshot is re-checked
+// by PostgreSQL against the WHERE clause when locked, finds its new lease
+// running, and is left out. No record is claimed twice.
+func (s *Store) KeysClaimExpired(ctx context.Context, lease time.Duration, limit int) ([]chargeonce.KeyRecord, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+WITH due AS (
+	SELECT merchant_id, key FROM idempotency_keys
+	WHERE state = 'processing' AND lease_until <= now()
+	ORDER BY lease_until
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), k AS (
+	UPDATE idempotency_keys i
+	SET token = gen_random_uuid()::text, lease_until = now() + $1::interval, updated_at = now()
+	FROM due
+	WHERE i.merchant_id = due.merchant_id AND i.key = due.key
+	RETURNING i.*
+)
+SELECT `+recordColumns+`
+FROM k JOIN charges c ON c.id = k.charge_id
+ORDER BY k.created_at, k.merchant_id, k.key`, lease, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claiming expired idempotency keys: %w", err)
+	}
+	defer rows.Close()
+	var recs []chargeonce.KeyRecord
+	for rows.Next() {
+		rec, _, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("claiming expired idempotency keys: %w", err)
+		}
+		recs = append(recs, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claiming expired idempotency keys: %w", err)
+	}
+	return recs, nil
+}
+
+// KeysDeleteExpired deletes up to limit completed records past their expiry
+// and returns how many it deleted; the sweeper calls it in a loop until it
+// returns less than limit. Batches keep each statement's locks and WAL
+// small. SKIP LOCKED lets two instances' sweepers work side by side.
+//
+// Charges are never deleted. Nor are records still processing: those are
+// unsettled charges that recovery must finish, and it finds them through
+// their record (see KeyInsert).
+func (s *Store) KeysDeleteExpired(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `
+DELETE FROM idempotency_keys k
+USING (
+	SELECT merchant_id, key FROM idempotency_keys
+	WHERE expires_at <= now() AND state = 'completed'
+	ORDER BY expires_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+) due
+WHERE k.merchant_id = due.merchant_id AND k.key = due.key`, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting expired idempotency keys: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// KeysStuck counts processing records whose lease has ended. OldestAge is
+// the age of the oldest of them since it was created (not since its lease
+// ended): how long that customer has been waiting for an answer, which is
+// what an operator's alert should be about. Zero when there are none.
+func (s *Store) KeysStuck(ctx context.Context) (chargeonce.StuckStats, error) {
+	var st chargeonce.StuckStats
+	err := s.pool.QueryRow(ctx, `
+SELECT count(*), COALESCE(now() - min(created_at), interval '0')
+FROM idempotency_keys
+WHERE state = 'processing' AND lease_until <= now()`).Scan(&st.Count, &st.OldestAge)
+	if err != nil {
+		return chargeonce.StuckStats{}, fmt.Errorf("counting stuck idempotency keys: %w", err)
+	}
+	return st, nil
+}
+
+const chargeColumns = `
+	id, merchant_id, idempotency_key, order_id, amount_cents,
+	currency, payment_token, description, status, decline_code, created_at`
+
+func scanCharge(row pgx.Row) (chargeonce.Charge, error) {
+	var (
+		c           chargeonce.Charge
+		status      string
+		declineCode *string
+	)
+	err := row.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
+		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt)
+	if err != nil {
+		return chargeonce.Charge{}, err
+	}
+	c.Status = chargeonce.Status(status)
+	if declineCode != nil {
+		c.DeclineCode = *declineCode
+	}
+	return c, nil
+}
+
+// ChargeGet returns the merchant's charge. Another merchant's charge is
+// ENOTFOUND, exactly like a charge that does not exist, so an API client
+// cannot even learn that an id is in use.
+func (s *Store) ChargeGet(ctx context.Context, merchantID, id string) (chargeonce.Charge, error) {
+	c, err := scanCharge(s.pool.QueryRow(ctx,
+		`SELECT `+chargeColumns+` FROM charges WHERE merchant_id = $1 AND id = $2`, merchantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.Charge{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
+	}
+	if err != nil {
+		return chargeonce.Charge{}, fmt.Errorf("reading charge: %w", err)
+	}
+	return c, nil
+}
+
+// ChargesListByOrder returns the merchant's charges for orderID, newest
+// first (ties broken by id, descending, so the order is total). It returns
+// an empty, non-nil slice when there are none.
+func (s *Store) ChargesListByOrder(ctx context.Context, merchantID string, orderID int64) ([]chargeonce.Charge, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT `+chargeColumns+` FROM charges
+WHERE merchant_id = $1 AND order_id = $2
+ORDER BY created_at DESC, id DESC`, merchantID, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("listing charges by order: %w", err)
+	}
+	defer rows.Close()
+	charges := []chargeonce.Charge{}
+	for rows.Next() {
+		c, err := scanCharge(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing charges by order: %w", err)
+		}
+		charges = append(charges, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing charges by order: %w", err)
+	}
+	return charges, nil
+}

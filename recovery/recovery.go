@@ -1,0 +1,194 @@
+// Package recovery finishes what attempts could not: a Rescuer claims
+// processing records whose lease ended (their attempt crashed, or the
+// acquirer's outcome was unknown) and re-drives the acquirer with the same
+// reference; a Sweeper deletes idempotency records past their expiry.
+//
+// Both are background services in every serve instance, built as Start/Stop
+// around a RunOnce that tests and `chargeonce reconcile` call directly.
+package recovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/engine"
+)
+
+// Defaults of RescuerOptions.
+const (
+	DefaultEvery       = 5 * time.Second
+	DefaultBatch       = 100
+	DefaultParallelism = 8
+	DefaultBackoffBase = time.Second
+	DefaultBackoffMax  = 5 * time.Minute
+)
+
+// RescuerOptions configure a Rescuer. Zero fields take the defaults.
+type RescuerOptions struct {
+	Every       time.Duration
+	Batch       int
+	Parallelism int
+	// BackoffBase and BackoffMax bound how long a record whose acquirer
+	// outcome stays unknown waits before its next attempt: base * 2^n, capped.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	Logger      *slog.Logger
+	// OnStuck, when set, receives the orphan statistics after every pass.
+	OnStuck func(chargeonce.StuckStats)
+}
+
+// Rescuer is the recovery loop.
+type Rescuer struct {
+	store  chargeonce.Store
+	engine *engine.Engine
+	opts   RescuerOptions
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewRescuer returns a Rescuer that settles store's orphans through eng.
+func NewRescuer(store chargeonce.Store, eng *engine.Engine, opts RescuerOptions) *Rescuer {
+	if opts.Every <= 0 {
+		opts.Every = DefaultEvery
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultBatch
+	}
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = DefaultParallelism
+	}
+	if opts.BackoffBase <= 0 {
+		opts.BackoffBase = DefaultBackoffBase
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = DefaultBackoffMax
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Rescuer{store: store, engine: eng, opts: opts, log: opts.Logger}
+}
+
+// PassResult says what one pass did.
+type PassResult struct {
+	Claimed  int
+	Settled  int
+	Deferred int
+	Stuck    chargeonce.StuckStats
+}
+
+// RunOnce claims every record whose lease has ended (in batches) and drives
+// each to a final answer. Records whose acquirer outcome is still unknown
+// are backed off and counted as deferred.
+func (r *Rescuer) RunOnce(ctx context.Context) (PassResult, error) {
+	var res PassResult
+	lease := r.engine.Options().Lease
+	for {
+		recs, err := r.store.KeysClaimExpired(ctx, lease, r.opts.Batch)
+		if err != nil {
+			return res, err
+		}
+		res.Claimed += len(recs)
+		settled := r.drive(ctx, recs)
+		res.Settled += settled
+		res.Deferred += len(recs) - settled
+		if len(recs) < r.opts.Batch || ctx.Err() != nil {
+			break
+		}
+	}
+	stuck, err := r.store.KeysStuck(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Stuck = stuck
+	if r.opts.OnStuck != nil {
+		r.opts.OnStuck(stuck)
+	}
+	return res, nil
+}
+
+func (r *Rescuer) drive(ctx context.Context, recs []chargeonce.KeyRecord) int {
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		settled int
+		sem     = make(chan struct{}, r.opts.Parallelism)
+	)
+	for _, rec := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ok := r.engine.Recover(ctx, rec, r.backoff(rec.RecoveryAttempts))
+			if ok {
+				mu.Lock()
+				settled++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return settled
+}
+
+// backoff is base * 2^attempts, capped at max.
+func (r *Rescuer) backoff(attempts int) time.Duration {
+	d := r.opts.BackoffBase
+	for i := 0; i < attempts && d < r.opts.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, r.opts.BackoffMax)
+}
+
+// Start runs passes every opts.Every until Stop. It returns at once.
+func (r *Rescuer) Start(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		t := time.NewTicker(r.opts.Every)
+		defer t.Stop()
+		for {
+			res, err := r.RunOnce(ctx)
+			switch {
+			case err != nil && !errors.Is(err, context.Canceled):
+				r.log.Error("recovery pass failed", "err", err)
+			case res.Claimed > 0:
+				r.log.Info("recovery pass", "claimed", res.Claimed, "settled", res.Settled, "deferred", res.Deferred)
+			}
+			if res.Stuck.Count > 0 {
+				r.log.Warn("processing records past their lease", "count", res.Stuck.Count, "oldest_age", res.Stuck.OldestAge.Round(time.Millisecond).String())
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends the loop and waits for the pass in flight.
+func (r *Rescuer) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}

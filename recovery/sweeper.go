@@ -1,0 +1,107 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// Defaults of SweeperOptions.
+const (
+	DefaultSweepEvery = time.Minute
+	DefaultSweepBatch = 1000
+)
+
+// SweeperOptions configure a Sweeper.
+type SweeperOptions struct {
+	Every  time.Duration
+	Batch  int
+	Logger *slog.Logger
+}
+
+// Sweeper deletes idempotency records past their expiry (--key-ttl), in
+// batches so it never holds long locks. Charges are never deleted.
+type Sweeper struct {
+	store chargeonce.Store
+	opts  SweeperOptions
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewSweeper returns a Sweeper over store.
+func NewSweeper(store chargeonce.Store, opts SweeperOptions) *Sweeper {
+	if opts.Every <= 0 {
+		opts.Every = DefaultSweepEvery
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultSweepBatch
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sweeper{store: store, opts: opts, log: opts.Logger}
+}
+
+// RunOnce deletes every expired record, a batch at a time, and returns how
+// many it deleted.
+func (s *Sweeper) RunOnce(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := s.store.KeysDeleteExpired(ctx, s.opts.Batch)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < s.opts.Batch {
+			return total, nil
+		}
+	}
+}
+
+// Start runs RunOnce every opts.Every until Stop.
+func (s *Sweeper) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		return
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(s.opts.Every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			n, err := s.RunOnce(ctx)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				s.log.Error("key sweep failed", "deleted", n, "err", err)
+			} else if n > 0 {
+				s.log.Info("expired idempotency keys deleted", "deleted", n)
+			}
+		}
+	}()
+}
+
+// Stop ends the loop and waits for the sweep in flight.
+func (s *Sweeper) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}

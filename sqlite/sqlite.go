@@ -1,0 +1,294 @@
+// Package sqlite implements chargeonce.Store on SQLite through
+// modernc.org/sqlite, a pure-Go driver: the embedded default store, for a
+// single host, for development and for tests.
+//
+// The store mirrors the PostgreSQL one: the same tables, the same
+// insert-first protocol on UNIQUE (merchant_id, key), the same compare-and-set
+// on the attempt's token, and the database's clock deciding leases and expiry.
+// Times are stored as integer unix microseconds computed in SQL (nowMicros).
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// DefaultBusyTimeout is how long a connection waits for a lock held by
+// another process (another Store on the same file) before it gives up with
+// SQLITE_BUSY. Within one Store, writes never wait on SQLite's lock: they
+// queue for the single write connection in Go.
+const DefaultBusyTimeout = 5 * time.Second
+
+// MinReadConns is the smallest read pool a Store opens; larger machines get
+// one read connection per CPU.
+const MinReadConns = 4
+
+// nowMicros is the database clock in unix microseconds, as SQL. SQLite's
+// clock has millisecond resolution; ROUND guards against the float product
+// landing just below a whole millisecond. SQLite keeps 'now' fixed for the
+// whole of one statement, so every use within a statement agrees.
+const nowMicros = "(CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
+
+// Store is a chargeonce.Store on one SQLite database file.
+//
+// SQLite allows one writer at a time. Letting several connections race for
+// the write lock makes them sleep and retry inside the busy handler (a
+// SQLITE_BUSY storm under load, and an outright SQLITE_BUSY when a deferred
+// transaction tries to upgrade its read lock). So every write goes through
+// one *sql.DB limited to a single connection: writers queue in Go, in order,
+// and each write transaction begins IMMEDIATE (the DSN's _txlock), taking the
+// write lock at BEGIN. Pure reads use a separate pool of several connections:
+// in WAL mode readers see the last committed state and neither block the
+// writer nor wait for it.
+type Store struct {
+	path string
+	wdb  *sql.DB // exactly one connection: every write
+	rdb  *sql.DB // several read-only connections: pure reads
+
+	mu      sync.Mutex // serialises preparing q
+	q       atomic.Pointer[queries]
+	closing atomic.Bool
+}
+
+var _ chargeonce.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the SQLite database at path, a file name
+// such as "chargeonce.db" (the caller strips the "sqlite:" of --db). The
+// database is put in WAL mode with synchronous=NORMAL, foreign keys on and a
+// busy timeout of DefaultBusyTimeout. Open does not change the schema: call
+// Migrate.
+//
+// In-memory databases are refused: each connection to ":memory:" would see
+// a database of its own, and the store uses several connections. Tests use a
+// file in a temporary directory.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("opening sqlite database: empty path")
+	}
+	if strings.Contains(path, ":memory:") || strings.Contains(path, "mode=memory") {
+		return nil, fmt.Errorf("opening sqlite database %q: in-memory databases are not supported, because each connection would see its own database; use a file", path)
+	}
+	if strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("opening sqlite database %q: the path must not contain '?' or '#'", path)
+	}
+
+	busy := fmt.Sprintf("busy_timeout(%d)", DefaultBusyTimeout.Milliseconds())
+	wq := url.Values{}
+	wq.Add("_pragma", busy)
+	wq.Add("_pragma", "journal_mode(WAL)")
+	wq.Add("_pragma", "synchronous(NORMAL)")
+	wq.Add("_pragma", "foreign_keys(1)")
+	wq.Set("_txlock", "immediate")
+
+	wdb, err := sql.Open("sqlite", path+"?"+wq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("opening sqlite database %q: %w", path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	// Connect the writer first: it switches the file to WAL, which is
+	// persistent, before any reader opens it.
+	if err := wdb.PingContext(ctx); err != nil {
+		_ = wdb.Close()
+		return nil, fmt.Errorf("opening sqlite database %q: %w", path, translate(err))
+	}
+
+	rq := url.Values{}
+	rq.Add("_pragma", busy)
+	rq.Add("_pragma", "foreign_keys(1)")
+	// A read connection can never write, even by mistake.
+	rq.Set("_query_only", "1")
+	rdb, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	if err != nil {
+		_ = wdb.Close()
+		return nil, fmt.Errorf("opening sqlite database %q: %w", path, err)
+	}
+	n := max(MinReadConns, runtime.GOMAXPROCS(0))
+	rdb.SetMaxOpenConns(n)
+	rdb.SetMaxIdleConns(n)
+	rdb.SetConnMaxLifetime(0)
+	rdb.SetConnMaxIdleTime(0)
+	if err := rdb.PingContext(ctx); err != nil {
+		_ = rdb.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("opening sqlite database %q: %w", path, translate(err))
+	}
+
+	var mode string
+	if err := wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		_ = rdb.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("opening sqlite database %q: reading journal mode: %w", path, translate(err))
+	}
+	if !strings.EqualFold(mode, "wal") {
+		_ = rdb.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("opening sqlite database %q: journal mode is %q, want wal", path, mode)
+	}
+	return &Store{path: path, wdb: wdb, rdb: rdb}, nil
+}
+
+// Ping reports whether the database file can be read.
+func (s *Store) Ping(ctx context.Context) error {
+	var n int
+	// sqlite_schema lives in the file: unlike SELECT 1, this reads it.
+	if err := s.rdb.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
+		return fmt.Errorf("pinging sqlite database: %w", translate(err))
+	}
+	return nil
+}
+
+// Close closes the prepared statements and both connection pools.
+func (s *Store) Close() error {
+	if !s.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	var errs []error
+	s.mu.Lock()
+	if q := s.q.Load(); q != nil {
+		errs = append(errs, q.close())
+	}
+	s.mu.Unlock()
+	errs = append(errs, s.rdb.Close(), s.wdb.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("closing sqlite database: %w", err)
+	}
+	return nil
+}
+
+// queries are the statements the store runs on every request, prepared once
+// per connection pool and reused. Write statements are prepared on the write
+// pool and used inside transactions through Tx.StmtContext, which reuses the
+// statement already prepared on the single write connection.
+type queries struct {
+	// writes
+	keyInsert        *sql.Stmt
+	keyDelete        *sql.Stmt
+	keySelectW       *sql.Stmt
+	keySelectRowidW  *sql.Stmt
+	chargeInsert     *sql.Stmt
+	keyComplete      *sql.Stmt
+	chargeComplete   *sql.Stmt
+	keyRelease       *sql.Stmt
+	chargeDelete     *sql.Stmt
+	keyLeaseSet      *sql.Stmt
+	keyClaim         *sql.Stmt
+	keysClaimable    *sql.Stmt
+	keyClaimRowid    *sql.Stmt
+	keysDeleteExpire *sql.Stmt
+	// reads
+	keySelectR     *sql.Stmt
+	keysStuck      *sql.Stmt
+	chargeGet      *sql.Stmt
+	chargesByOrder *sql.Stmt
+}
+
+func (q *queries) close() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{
+		q.keyInsert, q.keyDelete, q.keySelectW, q.keySelectRowidW, q.chargeInsert,
+		q.keyComplete, q.chargeComplete, q.keyRelease, q.chargeDelete,
+		q.keyLeaseSet, q.keyClaim, q.keysClaimable, q.keyClaimRowid,
+		q.keysDeleteExpire, q.keySelectR, q.keysStuck, q.chargeGet, q.chargesByOrder,
+	} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prepared returns the hot statements, preparing them on first use. They
+// cannot be prepared in Open, which runs before Migrate has created the
+// tables. It must be called before a write transaction begins: preparing on
+// the write pool needs its only connection.
+func (s *Store) prepared(ctx context.Context) (*queries, error) {
+	if q := s.q.Load(); q != nil {
+		return q, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.q.Load(); q != nil {
+		return q, nil
+	}
+	if s.closing.Load() {
+		return nil, errors.New("sqlite store is closed")
+	}
+	q := &queries{}
+	var err error
+	prep := func(db *sql.DB, dst **sql.Stmt, query string) {
+		if err != nil {
+			return
+		}
+		*dst, err = db.PrepareContext(ctx, query)
+	}
+	prep(s.wdb, &q.keyInsert, sqlKeyInsert)
+	prep(s.wdb, &q.keyDelete, sqlKeyDelete)
+	prep(s.wdb, &q.keySelectW, sqlKeySelect)
+	prep(s.wdb, &q.keySelectRowidW, sqlKeySelectRowid)
+	prep(s.wdb, &q.chargeInsert, sqlChargeInsert)
+	prep(s.wdb, &q.keyComplete, sqlKeyComplete)
+	prep(s.wdb, &q.chargeComplete, sqlChargeComplete)
+	prep(s.wdb, &q.keyRelease, sqlKeyRelease)
+	prep(s.wdb, &q.chargeDelete, sqlChargeDelete)
+	prep(s.wdb, &q.keyLeaseSet, sqlKeyLeaseSet)
+	prep(s.wdb, &q.keyClaim, sqlKeyClaim)
+	prep(s.wdb, &q.keysClaimable, sqlKeysClaimable)
+	prep(s.wdb, &q.keyClaimRowid, sqlKeyClaimRowid)
+	prep(s.wdb, &q.keysDeleteExpire, sqlKeysDeleteExpired)
+	prep(s.rdb, &q.keySelectR, sqlKeySelect)
+	prep(s.rdb, &q.keysStuck, sqlKeysStuck)
+	prep(s.rdb, &q.chargeGet, sqlChargeGet)
+	prep(s.rdb, &q.chargesByOrder, sqlChargesByOrder)
+	if err != nil {
+		_ = q.close()
+		return nil, fmt.Errorf("preparing sqlite statements (has the schema been migrated?): %w", translate(err))
+	}
+	s.q.Store(q)
+	return q, nil
+}
+
+// translate maps driver errors the caller can act on to chargeonce codes,
+// keeping the original error in the chain. A busy or locked database (another
+// process held the write lock past the busy timeout) is EUNAVAILABLE: the
+// request may be retried.
+func translate(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return fmt.Errorf("%w: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the database is busy; retry shortly"), err)
+		}
+	}
+	return err
+}
+
+// wrap says what failed, after translate.
+func wrap(what string, err error) error {
+	return fmt.Errorf("%s: %w", what, translate(err))
+}
+
+// rollback ends tx if Commit was not reached. The error is of no interest:
+// either the transaction is already done or the operation already failed.
+func rollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+// micros converts a duration to the store's unit.
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// fromMicros converts a stored time to a UTC time.Time.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
