@@ -30,7 +30,6 @@ const (
 	keySpec     = "demo:" + APIKey + ",other:" + OtherAPIKey
 )
 
-
 // PostgresStoreAt opens (and migrates) a store on url, closed at cleanup.
 func PostgresStoreAt(t testing.TB, url string) *postgres.Store {
 	t.Helper()

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/chargeonce/chargeonce/internal/apitest"
+	"github.com/chargeonce/chargeonce/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.M(m),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// syncBuffer is a bytes.Buffer safe for a command's goroutines and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "c.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--db", db, "--addr", "0.0.0.0:0"}, "--api-keys"},
+		{[]string{"serve", "--db", "mysql://x"}, "--db"},
+		{[]string{"serve", "--db", "sqlite:"}, "--db"},
+		{[]string{"serve", "--db", db, "--lease", "1s", "--acquirer-timeout", "2s"}, "--lease"},
+		{[]string{"serve", "--db", db, "--key-ttl", "-1s"}, "--key-ttl"},
+		{[]string{"serve", "--db", db, "--acquirer", "ftp://x"}, "--acquirer"},
+		{[]string{"serve", "--db", db, "--api-keys", "nocolon"}, "--api-keys"},
+		{[]string{"serve", "--db", db, "--log-level", "loud"}, "--log-level"},
+		{[]string{"serve", "--db", db, "--addr", "127.0.0.1:notaport"}, "--addr"},
+		{[]string{"serve", "extra"}, "unexpected argument"},
+		{[]string{"frobnicate"}, "unknown command"},
+	} {
+		var out, errb syncBuffer
+		err := Main(context.Background(), tc.args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestEnvironmentTwins(t *testing.T) {
+	// t.Setenv forbids t.Parallel.
+	t.Setenv("CHARGEONCE_LEASE", "soon")
+	err := Main(context.Background(), []string{"serve", "--db", "sqlite:" + filepath.Join(t.TempDir(), "c.db")}, &syncBuffer{}, &syncBuffer{})
+	if err == nil || !strings.Contains(err.Error(), "CHARGEONCE_LEASE") || !strings.Contains(err.Error(), "--lease") {
+		t.Fatalf("error %v, want one naming --lease and CHARGEONCE_LEASE", err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestServeOnEachStore runs the serve command itself, on the embedded SQLite
+// default and on PostgreSQL, charges once, replays, and shuts down cleanly.
+func TestServeOnEachStore(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			dbURL := "sqlite:" + filepath.Join(t.TempDir(), "chargeonce.db")
+			if db == "postgres" {
+				dbURL = pgtest.URL(t)
+			}
+			addr := freeAddr(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			var stderr syncBuffer
+			done := make(chan error, 1)
+			go func() {
+				done <- Main(ctx, []string{"serve", "--db", dbURL, "--addr", addr, "--reconcile-every", "100ms"}, &syncBuffer{}, &stderr)
+			}()
+			base := "http://" + addr
+			apitest.Eventually(t, 10*time.Second, "serve to answer /readyz", func() bool {
+				resp, err := http.Get(base + "/readyz")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == 200
+			})
+			body := `{"order_id": 42, "amount_cents": 990, "payment_token": "tok_ok"}`
+			first := apitest.Charge(t, base, "cmd-key", body)
+			again := apitest.Charge(t, base, "cmd-key", body)
+			if first.Status != 201 || again.Status != 201 || !bytes.Equal(first.Body, again.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("charge %d %s, replay %d %s", first.Status, first.Body, again.Status, again.Body)
+			}
+			stats, err := apitest.Do(t, nil, "GET", base+"/acquirer/v1/stats", nil, nil)
+			if err != nil || !strings.Contains(string(stats.Body), `"captures":1`) {
+				t.Fatalf("in-process acquirer stats: %v %s", err, stats.Body)
+			}
+			metrics, err := apitest.Do(t, nil, "GET", base+"/metrics", nil, nil)
+			if err != nil || !strings.Contains(string(metrics.Body), `chargeonce_charge_attempts_total{replayed="true",status="201"} 1`) {
+				t.Fatalf("metrics lack the replay: %v\n%s", err, metrics.Body)
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("serve returned %v\n%s", err, stderr.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatalf("serve did not stop")
+			}
+			if !strings.Contains(stderr.String(), "demo merchant") {
+				t.Fatalf("serve did not say it runs with the demo key:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+func TestMigrateAndReconcile(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	var out syncBuffer
+	// Several migrations at once are safe (advisory lock).
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- Main(context.Background(), []string{"migrate", "--db", url}, &out, &syncBuffer{})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+	var rout syncBuffer
+	if err := Main(context.Background(), []string{"reconcile", "--db", url}, &rout, &syncBuffer{}); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if !strings.HasPrefix(rout.String(), "claimed=0 settled=0 deferred=0 stuck=0") {
+		t.Fatalf("reconcile printed %q", rout.String())
+	}
+	_ = fmt.Sprint
+}
