@@ -53,7 +53,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
+		if set[f.Name] || err != nil || noEnvTwin[f.Name] {
 			return
 		}
 		env := envName(f.Name)
@@ -65,6 +65,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	})
 	return err
 }
+
+// noEnvTwin lists flags that must come from the command line only: an
+// idempotency key left exported in a shell would turn every later
+// `chargeonce charge` into the same intent.
+var noEnvTwin = map[string]bool{"key": true}
 
 func envName(flagName string) string {
 	return "CHARGEONCE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
