@@ -111,7 +111,9 @@ type Store interface {
 	// expiry and returns how many it deleted. Charges are never deleted, and
 	// neither are processing records (recovery still owes them an answer).
 	KeysDeleteExpired(ctx context.Context, limit int) (int, error)
-	// KeysStuck reports processing records whose lease has ended.
+	// KeysStuck reports processing records whose lease has ended, and those
+	// recovery has tried and failed to settle (backed off, their lease lies
+	// in the future, but they are stuck all the same).
 	KeysStuck(ctx context.Context) (StuckStats, error)
 
 	// ChargeGet returns the merchant's charge, or ENOTFOUND (also for another

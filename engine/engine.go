@@ -285,21 +285,19 @@ func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token stri
 	if err == nil && res.Status != chargeonce.StatusCaptured && res.Status != chargeonce.StatusDeclined {
 		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
 	}
+	// When the record cannot be settled now, it is handed to recovery at
+	// once (after the back-off when recovery itself is driving it) rather
+	// than when the lease ends.
+	var after time.Duration
+	if len(backoff) > 0 {
+		after = backoff[0]
+	}
 	if err != nil {
 		// Unknown outcome: the money may or may not have moved. Answer 202
 		// and hand the record to recovery now rather than after the lease.
-		var after time.Duration
-		if len(backoff) > 0 {
-			after = backoff[0]
-		}
 		e.log.Warn("acquirer outcome unknown; record left for recovery",
 			"charge_id", ch.ID, "merchant", ch.MerchantID, "recovering", recovering, "err", err)
-		wctx, wcancel := context.WithTimeout(base, e.opts.WriteTimeout)
-		if err := e.store.KeyLeaseSet(wctx, ch.MerchantID, rec.Key, token, after, recovering); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
-			e.log.Error("handing record to recovery failed; it will be recovered when its lease ends",
-				"charge_id", ch.ID, "err", err)
-		}
-		wcancel()
+		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, after, recovering)
 		return Response{Status: 202, Body: EncodeCharge(&ch)}
 	}
 
@@ -331,12 +329,29 @@ func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token stri
 		return Response{Status: 202, Body: EncodeCharge(&ch)}
 	default:
 		// The acquirer answered but the answer could not be stored. The
-		// record stays processing; when its lease ends recovery re-drives
-		// the acquirer with the same reference, which returns the same
-		// answer without moving money again.
+		// record stays processing and recovery re-drives the acquirer with
+		// the same reference, which returns the same answer without moving
+		// money again. The hand-off is best effort: when the database is
+		// still unreachable it fails too, and recovery takes over when the
+		// lease ends instead. Recovery's own failures count as attempts, so
+		// a write that keeps failing is backed off like an acquirer outage.
 		e.log.Error("storing the acquirer's answer failed; record left for recovery",
 			"charge_id", ch.ID, "status", final.Status, "err", err)
+		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, after, recovering)
 		return Response{Status: 202, Body: EncodeCharge(&ch)}
+	}
+}
+
+// handOff ends token's lease after d, so that recovery may claim the record
+// then, and counts a recovery attempt when recovering. A lost lease (ESTALE)
+// means somebody else already drives the record; other failures leave the
+// lease as it was, and recovery takes over when it ends.
+func (e *Engine) handOff(base context.Context, chargeID, merchantID, key, token string, d time.Duration, recovering bool) {
+	wctx, cancel := context.WithTimeout(base, e.opts.WriteTimeout)
+	defer cancel()
+	if err := e.store.KeyLeaseSet(wctx, merchantID, key, token, d, recovering); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+		e.log.Error("handing record to recovery failed; it will be recovered when its lease ends",
+			"charge_id", chargeID, "err", err)
 	}
 }
 

@@ -207,6 +207,30 @@ SELECT ` + recordColumns + `
 FROM idempotency_keys k JOIN charges c ON c.id = k.charge_id
 WHERE k.merchant_id = $1 AND k.key = $2`
 
+// keyCompleteSQL completes a record and its charge in one statement, as a
+// compare-and-set on the owner's token; it returns how many records it
+// completed (0 or 1).
+const keyCompleteSQL = `
+WITH k AS (
+	UPDATE idempotency_keys
+	SET state = 'completed', response_status = $4, response_body = $5, updated_at = now()
+	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
+	RETURNING charge_id
+), c AS (
+	UPDATE charges
+	SET status = $6, decline_code = NULLIF($7, ''), updated_at = now()
+	FROM k WHERE charges.id = k.charge_id
+)
+SELECT count(*) FROM k`
+
+// Statements are the SQL texts of a charge's hot path, exactly as the store
+// runs them, with the parameters of KeyInsert, KeyGet and KeyComplete. They
+// are exported for the benchmark (package bench), whose bare handler must run
+// the very statements chargeonce runs; nothing else should need them.
+var Statements = struct {
+	KeyInsert, KeyGet, KeyComplete string
+}{keyInsertSQL, keyGetSQL, keyCompleteSQL}
+
 // KeyInsert writes first and lets the database refuse: INSERT ... ON
 // CONFLICT DO NOTHING on the primary key (merchant_id, key), with the
 // processing charge inserted by the same statement, so the record and its
@@ -280,18 +304,7 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 // so it can never overwrite the answer recovery stores.
 func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
 	var n int
-	err := s.pool.QueryRow(ctx, `
-WITH k AS (
-	UPDATE idempotency_keys
-	SET state = 'completed', response_status = $4, response_body = $5, updated_at = now()
-	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
-	RETURNING charge_id
-), c AS (
-	UPDATE charges
-	SET status = $6, decline_code = NULLIF($7, ''), updated_at = now()
-	FROM k WHERE charges.id = k.charge_id
-)
-SELECT count(*) FROM k`,
+	err := s.pool.QueryRow(ctx, keyCompleteSQL,
 		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.ChargeStatus), p.DeclineCode,
 	).Scan(&n)
 	if err != nil {
@@ -455,16 +468,23 @@ WHERE k.merchant_id = due.merchant_id AND k.key = due.key`, limit)
 	return int(tag.RowsAffected()), nil
 }
 
-// KeysStuck counts processing records whose lease has ended. OldestAge is
-// the age of the oldest of them since it was created (not since its lease
-// ended): how long that customer has been waiting for an answer, which is
-// what an operator's alert should be about. Zero when there are none.
+// KeysStuck counts processing records whose lease has ended, and those
+// recovery has already tried and failed to settle (recovery_attempts > 0).
+// The latter matter most: while the acquirer is down, recovery backs each
+// record off by moving its lease_until into the future, so counting expired
+// leases alone would show an outage as zero stuck records between passes,
+// exactly when operators need the gauge.
+//
+// OldestAge is the age of the oldest of them since it was created (not since
+// its lease ended): how long that customer has been waiting for an answer,
+// which is what an operator's alert should be about. Zero when there are
+// none.
 func (s *Store) KeysStuck(ctx context.Context) (chargeonce.StuckStats, error) {
 	var st chargeonce.StuckStats
 	err := s.pool.QueryRow(ctx, `
 SELECT count(*), COALESCE(now() - min(created_at), interval '0')
 FROM idempotency_keys
-WHERE state = 'processing' AND lease_until <= now()`).Scan(&st.Count, &st.OldestAge)
+WHERE state = 'processing' AND (lease_until <= now() OR recovery_attempts > 0)`).Scan(&st.Count, &st.OldestAge)
 	if err != nil {
 		return chargeonce.StuckStats{}, fmt.Errorf("counting stuck idempotency keys: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -33,7 +34,8 @@ type RescuerOptions struct {
 	Batch       int
 	Parallelism int
 	// BackoffBase and BackoffMax bound how long a record whose acquirer
-	// outcome stays unknown waits before its next attempt: base * 2^n, capped.
+	// outcome stays unknown waits before its next attempt: base * 2^n,
+	// capped at BackoffMax, then jittered down by up to a half.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	Logger      *slog.Logger
@@ -87,19 +89,36 @@ type PassResult struct {
 // RunOnce claims every record whose lease has ended (in batches) and drives
 // each to a final answer. Records whose acquirer outcome is still unknown
 // are backed off and counted as deferred.
+//
+// A pass ends when a batch comes back short, or when it holds a record this
+// pass already drove: while the acquirer is down, a record backed off early
+// in a long pass can be due again before the pass ends, and without that
+// check a backlog larger than a batch would keep the pass going for as long
+// as the outage lasts, never reporting the stuck records it is meant to
+// report.
 func (r *Rescuer) RunOnce(ctx context.Context) (PassResult, error) {
 	var res PassResult
 	lease := r.engine.Options().Lease
+	type recordKey struct{ merchant, key string }
+	seen := map[recordKey]bool{}
 	for {
 		recs, err := r.store.KeysClaimExpired(ctx, lease, r.opts.Batch)
 		if err != nil {
 			return res, err
 		}
+		again := false
+		for _, rec := range recs {
+			k := recordKey{rec.MerchantID, rec.Key}
+			again = again || seen[k]
+			seen[k] = true
+		}
 		res.Claimed += len(recs)
+		// Records claimed a second time are driven too: they are ours now,
+		// and leaving them would only delay them by a whole lease.
 		settled := r.drive(ctx, recs)
 		res.Settled += settled
 		res.Deferred += len(recs) - settled
-		if len(recs) < r.opts.Batch || ctx.Err() != nil {
+		if len(recs) < r.opts.Batch || again || ctx.Err() != nil {
 			break
 		}
 	}
@@ -139,13 +158,25 @@ func (r *Rescuer) drive(ctx context.Context, recs []chargeonce.KeyRecord) int {
 	return settled
 }
 
-// backoff is base * 2^attempts, capped at max.
+// backoff is base * 2^attempts, capped at max, with "equal jitter": a
+// random duration between half of that and all of it.
+//
+// Without jitter every instance's recovery loop runs on a fixed period and
+// the back-offs are multiples of it, so a record backed off by one instance
+// comes due exactly on that instance's next tick: the instance that failed
+// to settle a record (its acquirer route or its database writes broken) would
+// win it again every time, ahead of healthy instances. Jitter also spreads
+// out a backlog that an outage backed off all at once.
 func (r *Rescuer) backoff(attempts int) time.Duration {
 	d := r.opts.BackoffBase
 	for i := 0; i < attempts && d < r.opts.BackoffMax; i++ {
 		d *= 2
 	}
-	return min(d, r.opts.BackoffMax)
+	d = min(d, r.opts.BackoffMax)
+	if half := d / 2; half > 0 {
+		d = half + rand.N(d-half+1)
+	}
+	return d
 }
 
 // Start runs passes every opts.Every until Stop. It returns at once.

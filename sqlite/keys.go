@@ -88,11 +88,13 @@ WHERE rowid = ?1 AND state = 'processing' AND lease_until <= ` + nowMicros
 	ORDER BY expires_at
 	LIMIT ?1)`
 
-	// sqlKeysStuck reports processing records whose lease has ended; the age
-	// is that of the oldest such record since it was created.
+	// sqlKeysStuck reports processing records whose lease has ended, and
+	// those recovery already tried and failed to settle (while it backs them
+	// off their lease lies in the future, but they are stuck all the same);
+	// the age is that of the oldest such record since it was created.
 	sqlKeysStuck = `SELECT count(*), coalesce(` + nowMicros + ` - min(created_at), 0)
 FROM idempotency_keys
-WHERE state = 'processing' AND lease_until <= ` + nowMicros
+WHERE state = 'processing' AND (lease_until <= ` + nowMicros + ` OR recovery_attempts > 0)`
 )
 
 // rowScanner is *sql.Row or *sql.Rows.

@@ -171,6 +171,21 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// DBs returns the store's single-connection write pool and its read pool.
+// They are exported for the benchmark (package bench), whose bare handler
+// must run the store's statements (Statements) on the same one-writer design;
+// anything else should go through the Store's methods.
+func (s *Store) DBs() (write, read *sql.DB) { return s.wdb, s.rdb }
+
+// Statements are the SQL texts of a charge's hot path, exactly as the store
+// runs them. KeyInsert, ChargeInsert, KeySelect (on conflict) and, after the
+// acquirer, KeyComplete and ChargeComplete, each pair in one IMMEDIATE
+// transaction on the write connection. They are exported for the benchmark
+// (package bench); nothing else should need them.
+var Statements = struct {
+	KeyInsert, ChargeInsert, KeySelect, KeyComplete, ChargeComplete string
+}{sqlKeyInsert, sqlChargeInsert, sqlKeySelect, sqlKeyComplete, sqlChargeComplete}
+
 // queries are the statements the store runs on every request, prepared once
 // per connection pool and reused. Write statements are prepared on the write
 // pool and used inside transactions through Tx.StmtContext, which reuses the

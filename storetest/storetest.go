@@ -818,6 +818,14 @@ func testStuck(t *testing.T, s chargeonce.Store) {
 	if st, err := s.KeysStuck(t.Context()); err != nil || st.Count != 2 {
 		t.Fatalf("KeysStuck after a claim: %+v, err %v; want 2", st, err)
 	}
+	// Recovery failed and backed it off: its lease lies in the future, but
+	// it is stuck all the same (the acquirer is down), and must be counted.
+	if err := s.KeyLeaseSet(t.Context(), "m1", "stuck-0", "tok_recovery", time.Minute, true); err != nil {
+		t.Fatalf("KeyLeaseSet: %v", err)
+	}
+	if st, err := s.KeysStuck(t.Context()); err != nil || st.Count != 3 {
+		t.Fatalf("KeysStuck after a failed recovery attempt: %+v, err %v; want 3", st, err)
+	}
 }
 
 func testChargeGetScopedToMerchant(t *testing.T, s chargeonce.Store) {
