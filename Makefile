@@ -1,5 +1,5 @@
 # The common tasks, with one obvious spelling each. `make help` lists them.
-.PHONY: help run test test-v lint bench
+.PHONY: help run test test-v lint bench bench-full
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -18,4 +18,7 @@ lint: ## go vet and gofmt
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
 
 bench: ## micro-benchmarks of the hot functions, with allocations
-	go test -run '^$$' -bench . -benchmem ./idempotency/ ./engine/
+	go test -run '^$$' -bench . -benchmem ./idempotency/ ./engine/ ./httpapi/ ./replaycache/
+
+bench-full: ## chargeonce bench: chargeonce against a bare handler and raw SQL (about 2 minutes)
+	go run ./cmd/chargeonce bench

@@ -3,6 +3,7 @@ module github.com/chargeonce/chargeonce
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/prometheus/client_golang v1.25.0
 	go.uber.org/goleak v1.3.0

@@ -6,6 +6,7 @@ package idempotency
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"time"
 
 	"github.com/chargeonce/chargeonce"
 )
@@ -97,8 +98,26 @@ func trimOWS(s string) string {
 func NewToken() string { return randomHex(16) }
 
 // NewChargeID returns a new charge identifier, which is also the reference
-// sent to the acquirer.
-func NewChargeID() string { return "ch_" + randomHex(12) }
+// sent to the acquirer: 12 hex digits of the current Unix time in
+// milliseconds, then 16 random hex digits. The time prefix makes ids of
+// charges created one after another sort together, so the charges primary
+// key grows at its end instead of writing to random pages of a large index
+// (which the benchmark showed costs throughput once the table holds a
+// million charges); the random part keeps ids unguessable and unique.
+func NewChargeID() string {
+	var b [3 + 12 + 16]byte
+	copy(b[:], "ch_")
+	ms := uint64(time.Now().UnixMilli())
+	const digits = "0123456789abcdef"
+	for i := 14; i >= 3; i-- {
+		b[i] = digits[ms&0xf]
+		ms >>= 4
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	hex.Encode(b[15:], r[:])
+	return string(b[:])
+}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

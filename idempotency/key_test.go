@@ -99,3 +99,23 @@ func BenchmarkFingerprint(b *testing.B) {
 		Fingerprint("POST", "/v1/charges", &r)
 	}
 }
+
+func TestNewChargeIDSortsByTime(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	prev := NewChargeID()
+	for i := 0; i < 2000; i++ {
+		id := NewChargeID()
+		if len(id) != 31 || !strings.HasPrefix(id, "ch_") {
+			t.Fatalf("id %q has the wrong shape", id)
+		}
+		if seen[id] {
+			t.Fatalf("id %q made twice", id)
+		}
+		seen[id] = true
+		if id[:15] < prev[:15] {
+			t.Fatalf("id %q sorts before the earlier %q", id, prev)
+		}
+		prev = id
+	}
+}

@@ -4,6 +4,8 @@
 //	chargeonce acquirer   the stand-alone acquirer simulator
 //	chargeonce migrate    applies the schema to --db
 //	chargeonce reconcile  one recovery pass, then exits
+//	chargeonce charge     charges through the retrying Go client
+//	chargeonce race       the naive designs double-charging, and ours not
 //
 // Every flag has an environment twin: --key-ttl is CHARGEONCE_KEY_TTL.
 package main
@@ -32,6 +34,9 @@ func commands() []command {
 		{"acquirer", "run the stand-alone acquirer simulator", runAcquirer},
 		{"migrate", "apply the schema to --db", runMigrate},
 		{"reconcile", "run one recovery pass, then exit", runReconcile},
+		{"bench", "measure chargeonce against a bare handler and raw SQL on the same statements", runBench},
+		{"charge", "charge once through the API, retrying safely, and print the charge", runCharge},
+		{"race", "run the double-charge experiment: naive designs against insert-first", runRace},
 	}
 }
 
@@ -45,7 +50,9 @@ func main() {
 	case errors.As(err, &ec):
 		os.Exit(int(ec))
 	case errors.Is(err, flag.ErrHelp):
-		os.Exit(2)
+		// Help was asked for and printed. Exit 0, not flag's usual 2:
+		// `charge` exits 2 for a declined card.
+		os.Exit(0)
 	default:
 		fmt.Fprintln(os.Stderr, "chargeonce:", err)
 		os.Exit(1)

@@ -16,6 +16,7 @@ import (
 	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/metrics"
 	"github.com/chargeonce/chargeonce/recovery"
+	"github.com/chargeonce/chargeonce/replaycache"
 )
 
 // shutdownTimeout bounds how long serve waits for requests in flight.
@@ -83,7 +84,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	m := metrics.New()
-	eng := engine.New(store, acq, engine.Options{
+	// Replays are answered from memory after their first read: a completed
+	// record never changes until it expires (see package replaycache). Only
+	// the engine goes through the cache; the API's reads, recovery's scans
+	// and the sweeper use the store itself.
+	replays := replaycache.New(store, replaycache.Options{})
+	eng := engine.New(replays, acq, engine.Options{
 		Lease:           c.lease,
 		AcquirerTimeout: c.acq.timeout,
 		KeyTTL:          c.keyTTL,

@@ -1,0 +1,293 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/bench"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/httpapi"
+	"github.com/chargeonce/chargeonce/internal/pgtest"
+	"github.com/chargeonce/chargeonce/postgres"
+	"github.com/chargeonce/chargeonce/replaycache"
+	"github.com/chargeonce/chargeonce/sqlite"
+)
+
+// childEnv marks a run of this test binary as one of Run's child servers.
+const childEnv = "BENCH_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := bench.Child(ctx, os.Args[1:], serve, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(pgtest.M(m),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+	)
+}
+
+// serve stands in for `chargeonce serve` (which lives in package main and
+// has its own end-to-end test of the benchmark): the same store, replay
+// cache, engine, API and mounted simulator, on the flags Child passes.
+func serve(ctx context.Context, args []string) error {
+	var addr, db, apiKeys, acq, level string
+	var latency time.Duration
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&addr, "addr", "", "")
+	fs.StringVar(&db, "db", "", "")
+	fs.StringVar(&apiKeys, "api-keys", "", "")
+	fs.StringVar(&acq, "acquirer", "", "")
+	fs.DurationVar(&latency, "latency", 0, "")
+	fs.StringVar(&level, "log-level", "", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var (
+		store chargeonce.Store
+		err   error
+	)
+	if strings.HasPrefix(db, "sqlite:") {
+		store, err = sqlite.Open(ctx, strings.TrimPrefix(db, "sqlite:"))
+	} else {
+		store, err = postgres.Open(ctx, db)
+	}
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	keys, err := httpapi.ParseKeys(apiKeys)
+	if err != nil {
+		return err
+	}
+	sim := acquirer.NewSimulator(acquirer.Options{Latency: latency})
+	defer sim.Close()
+	eng := engine.New(replaycache.New(store, replaycache.Options{}), sim, engine.Options{})
+	mux := http.NewServeMux()
+	mux.Handle("/acquirer/", http.StripPrefix("/acquirer", acquirer.Handler(sim)))
+	mux.Handle("/", httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: slog.New(slog.DiscardHandler)}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	<-ctx.Done()
+	return srv.Shutdown(context.Background())
+}
+
+// syncBuffer is a bytes.Buffer safe for the run's goroutines and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// tiny is a run small enough for every CI run: two concurrencies, all
+// workloads, a preloaded comparison, a tenth of a second per way.
+func tiny(db string, out, log *syncBuffer) bench.Config {
+	exe := os.Args[0]
+	return bench.Config{
+		DB:          db,
+		Duration:    150 * time.Millisecond,
+		Rounds:      2,
+		Warmup:      20 * time.Millisecond,
+		Concurrency: []int{1, 4},
+		Workloads:   []string{bench.WorkloadNew, bench.WorkloadReplay, bench.WorkloadContended},
+		Group:       2,
+		ReplayKeys:  40,
+		Preload:     500,
+		ChildCommand: func(args []string) *exec.Cmd {
+			cmd := exec.Command(exe, args...)
+			cmd.Env = append(os.Environ(), childEnv+"=1")
+			return cmd
+		},
+		Out: out,
+		Log: log,
+	}
+}
+
+var ratiosLine = regexp.MustCompile(`^ratios: new=(\d+\.\d\d) replay=(\d+\.\d\d) contended=(\d+\.\d\d)$`)
+
+// checkOutput checks the report's shape: every workload, concurrency and
+// way has a row without errors, and the last line holds three ratios.
+func checkOutput(t *testing.T, out, log string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	m := ratiosLine.FindStringSubmatch(lines[len(lines)-1])
+	if m == nil {
+		t.Fatalf("last line %q is not a ratios line\n%s", lines[len(lines)-1], out)
+	}
+	for i, name := range []string{"new", "replay", "contended"} {
+		r, err := strconv.ParseFloat(m[i+1], 64)
+		if err != nil || r <= 0 {
+			t.Errorf("ratio %s = %q, want a positive number", name, m[i+1])
+		}
+	}
+	row := regexp.MustCompile(`^\s*(new|replay|contended)\s+(\d+)\s+(chargeonce|bare-http|raw-sql)\s+(\d+)\s+\S+\s+\S+\s+(\d+)\b`)
+	seen := map[string]bool{}
+	for _, l := range lines {
+		r := row.FindStringSubmatch(l)
+		if r == nil {
+			continue
+		}
+		seen[r[1]+"/"+r[2]+"/"+r[3]] = true
+		if r[5] != "0" {
+			t.Errorf("errors in %q\n%s", l, log)
+		}
+		if rps, _ := strconv.Atoi(r[4]); rps <= 0 {
+			t.Errorf("no throughput in %q", l)
+		}
+	}
+	for _, c := range []string{"1", "4"} {
+		for _, wl := range []string{"new", "replay", "contended"} {
+			if wl == "contended" && c == "1" {
+				continue
+			}
+			for _, way := range []string{"chargeonce", "bare-http", "raw-sql"} {
+				if !seen[wl+"/"+c+"/"+way] {
+					t.Errorf("no row for %s at %s clients, %s\n%s", wl, c, way, out)
+				}
+			}
+		}
+	}
+	for _, want := range []string{
+		"peak RSS of the server processes",
+		"with 500 keys already in the table",
+		"0 keys with more than one charge",
+		"0 duplicate requests",
+		"targets at 4 clients:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q\n%s", want, out)
+		}
+	}
+}
+
+func TestRunSQLite(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "bench.db")
+	var out, log syncBuffer
+	if err := bench.Run(context.Background(), tiny("sqlite:"+path, &out, &log)); err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
+	}
+	checkOutput(t, out.String(), log.String())
+	matches, _ := filepath.Glob(path + "*")
+	if len(matches) != 0 {
+		t.Errorf("the run left %v behind", matches)
+	}
+}
+
+func TestRunPostgres(t *testing.T) {
+	t.Parallel()
+	base := pgtest.AdminURL(t)
+	var out, log syncBuffer
+	if err := bench.Run(context.Background(), tiny(base, &out, &log)); err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
+	}
+	checkOutput(t, out.String(), log.String())
+
+	m := regexp.MustCompile(`search_path=(chargeonce_bench_[0-9a-f]+)`).FindStringSubmatch(log.String())
+	if m == nil {
+		t.Fatalf("the log does not name the run's schema\n%s", log.String())
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var left int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE $1 || '%'`, m[1]).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d of the run's schemas are left behind", left)
+	}
+}
+
+func TestExistingSQLiteFileIsRefused(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "precious.db")
+	if err := os.WriteFile(path, []byte("not yours"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, log syncBuffer
+	err := bench.Run(context.Background(), tiny("sqlite:"+path, &out, &log))
+	if err == nil || !strings.Contains(err.Error(), "--db") {
+		t.Fatalf("Run: %v, want an error naming --db", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "not yours" {
+		t.Fatalf("the file was changed to %q", b)
+	}
+}
+
+func TestBadConfigurationNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	for flagName, mod := range map[string]func(c *bench.Config){
+		"--db":       func(c *bench.Config) { c.DB = "mysql://x" },
+		"--duration": func(c *bench.Config) { c.Duration = 0 },
+		"--rounds":   func(c *bench.Config) { c.Rounds = 0 },
+		"--warmup":   func(c *bench.Config) { c.Warmup = -time.Second },
+		"--group":    func(c *bench.Config) { c.Group = 1 },
+		"--preload":  func(c *bench.Config) { c.Preload = -1 },
+	} {
+		var out, log syncBuffer
+		cfg := tiny("sqlite:"+filepath.Join(t.TempDir(), "b.db"), &out, &log)
+		mod(&cfg)
+		if err := bench.Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), flagName) {
+			t.Errorf("%s: error %v, want one naming it", flagName, err)
+		}
+	}
+	for _, tc := range []struct{ in, flag string }{{"1,x", "--concurrency"}, {"0", "--concurrency"}, {"", "--concurrency"}} {
+		if _, err := bench.ParseConcurrency(tc.in); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("ParseConcurrency(%q): %v", tc.in, err)
+		}
+	}
+	if cs, err := bench.ParseConcurrency("1, 16,64"); err != nil || fmt.Sprint(cs) != "[1 16 64]" {
+		t.Errorf("ParseConcurrency = %v, %v", cs, err)
+	}
+	if _, err := bench.ParseWorkloads("new,bogus"); err == nil || !strings.Contains(err.Error(), "--workloads") {
+		t.Errorf("ParseWorkloads: %v", err)
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// benchTestChild makes this test binary act as the chargeonce binary, so
+// that `chargeonce bench` can start its servers (`chargeonce bench child
+// …`, which runs the real `serve`) from a test. It is not a CHARGEONCE_*
+// variable: the benchmark strips those from its children's environment.
+const benchTestChild = "BENCH_TEST_RUN_MAIN"
+
+func init() {
+	if os.Getenv(benchTestChild) == "1" {
+		main()
+		os.Exit(0)
+	}
+}
+
+// TestBenchRunsTheRealServe runs a tiny `chargeonce bench` on SQLite whose
+// chargeonce server is `serve` itself, and checks the report: a row per
+// workload, concurrency and way, no errors, no double charge, and the
+// ratios line last.
+func TestBenchRunsTheRealServe(t *testing.T) {
+	// t.Setenv forbids t.Parallel: the children inherit the variable.
+	t.Setenv(benchTestChild, "1")
+	path := filepath.Join(t.TempDir(), "bench.db")
+	var out, errb syncBuffer
+	err := Main(context.Background(), []string{"bench", "--db", "sqlite:" + path,
+		"--duration", "100ms", "--rounds", "2", "--warmup", "10ms", "--concurrency", "2",
+		"--group", "2", "--replay-keys", "20", "--preload", "200"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, errb.String())
+	}
+	report := out.String()
+	lines := strings.Split(strings.TrimRight(report, "\n"), "\n")
+	if !regexp.MustCompile(`^ratios: new=\d+\.\d\d replay=\d+\.\d\d contended=\d+\.\d\d$`).MatchString(lines[len(lines)-1]) {
+		t.Fatalf("last line %q is not the ratios line\n%s", lines[len(lines)-1], report)
+	}
+	for _, wl := range []string{"new", "replay", "contended"} {
+		for _, way := range []string{"chargeonce", "bare-http", "raw-sql"} {
+			if !regexp.MustCompile(`(?m)^\s*` + wl + `\s+2\s+` + way + `\s+[1-9]\d*\s+\S+\s+\S+\s+0\s`).MatchString(report) {
+				t.Errorf("no error-free row for %s, %s\n%s", wl, way, report)
+			}
+		}
+	}
+	// The statistics come from the simulator `serve` mounts under
+	// /acquirer: proof that the chargeonce server was serve itself.
+	for _, want := range []string{"0 keys with more than one charge", "0 duplicate requests", "with 200 keys already in the table"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the report lacks %q\n%s", want, report)
+		}
+	}
+	if m, _ := filepath.Glob(path + "*"); len(m) != 0 {
+		t.Errorf("the run left %v behind", m)
+	}
+}
+
+func TestBenchBadFlagsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	existing := filepath.Join(t.TempDir(), "x.db")
+	if err := os.WriteFile(existing, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--db", "mysql://x"}, "--db"},
+		{[]string{"bench", "--db", "sqlite:" + existing}, "--db"},
+		{[]string{"bench", "--concurrency", "1,zero"}, "--concurrency"},
+		{[]string{"bench", "--workloads", "new,old"}, "--workloads"},
+		{[]string{"bench", "--duration", "0s"}, "--duration"},
+		{[]string{"bench", "--group", "1"}, "--group"},
+		{[]string{"bench", "stray"}, "unexpected argument"},
+	} {
+		var out, errb syncBuffer
+		err := Main(context.Background(), tc.args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}

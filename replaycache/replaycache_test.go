@@ -1,0 +1,318 @@
+package replaycache_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/internal/apitest"
+	"github.com/chargeonce/chargeonce/internal/pgtest"
+	"github.com/chargeonce/chargeonce/replaycache"
+	"github.com/chargeonce/chargeonce/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.M(m),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+	)
+}
+
+// The conformance suite must hold through the cache, on both stores: with
+// the default margin (short-lived test records are then never cached) and
+// with a margin of a nanosecond, so that entries are served right up to
+// their expiry and the suite's expiry tests exercise the eviction.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		for name, margin := range map[string]time.Duration{"default-margin": 0, "no-margin": time.Nanosecond} {
+			t.Run(kind+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				storetest.Run(t, func(t *testing.T) chargeonce.Store {
+					return replaycache.New(apitest.Store(t, kind), replaycache.Options{SkewMargin: margin})
+				})
+			})
+		}
+	}
+}
+
+// counting counts the calls that reach the wrapped store.
+type counting struct {
+	chargeonce.Store
+	inserts, gets atomic.Int64
+}
+
+func (c *counting) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
+	c.inserts.Add(1)
+	return c.Store.KeyInsert(ctx, p)
+}
+
+func (c *counting) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.KeyRecord, error) {
+	c.gets.Add(1)
+	return c.Store.KeyGet(ctx, merchantID, key)
+}
+
+// clock is a settable clock for Options.Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func intent(merchant, key string, ttl time.Duration) chargeonce.KeyInsertParams {
+	return chargeonce.KeyInsertParams{
+		Fingerprint: "fp-" + key,
+		Token:       randHex(16),
+		Lease:       time.Hour,
+		TTL:         ttl,
+		Charge: chargeonce.Charge{
+			ID: "ch_" + randHex(12), MerchantID: merchant, IdempotencyKey: key,
+			OrderID: 1, AmountCents: 100, Currency: "BRL", PaymentToken: "tok_ok",
+		},
+	}
+}
+
+type fixture struct {
+	inner *counting
+	cache *replaycache.Store
+	clock *clock
+}
+
+func setup(t *testing.T, opts replaycache.Options) fixture {
+	t.Helper()
+	inner := &counting{Store: apitest.SQLiteStore(t)}
+	clk := &clock{t: time.Now()}
+	opts.Now = clk.now
+	return fixture{inner: inner, cache: replaycache.New(inner, opts), clock: clk}
+}
+
+// completed inserts and completes an intent directly in the inner store.
+func (f fixture) completed(t *testing.T, merchant, key string, ttl time.Duration, body string) chargeonce.KeyInsertParams {
+	t.Helper()
+	ctx := context.Background()
+	p := intent(merchant, key, ttl)
+	if _, inserted, err := f.inner.Store.KeyInsert(ctx, p); err != nil || !inserted {
+		t.Fatalf("KeyInsert: inserted=%v err=%v", inserted, err)
+	}
+	if err := f.inner.Store.KeyComplete(ctx, chargeonce.KeyCompleteParams{
+		MerchantID: merchant, Key: key, Token: p.Token, ChargeStatus: chargeonce.StatusCaptured,
+		ResponseStatus: 201, ResponseBody: []byte(body),
+	}); err != nil {
+		t.Fatalf("KeyComplete: %v", err)
+	}
+	return p
+}
+
+func TestCompletedRecordIsServedFromMemoryAfterTheFirstRead(t *testing.T) {
+	t.Parallel()
+	f := setup(t, replaycache.Options{})
+	ctx := context.Background()
+	p := f.completed(t, "m", "k", time.Hour, `{"id":"first"}`)
+
+	for i := range 5 {
+		rec, inserted, err := f.cache.KeyInsert(ctx, intent("m", "k", time.Hour))
+		if err != nil || inserted {
+			t.Fatalf("retry %d: inserted=%v err=%v", i, inserted, err)
+		}
+		if rec.State != chargeonce.KeyCompleted || string(rec.ResponseBody) != `{"id":"first"}` || rec.Fingerprint != p.Fingerprint || rec.Charge.ID != p.Charge.ID {
+			t.Fatalf("retry %d got %+v", i, rec)
+		}
+	}
+	if got, err := f.cache.KeyGet(ctx, "m", "k"); err != nil || string(got.ResponseBody) != `{"id":"first"}` {
+		t.Fatalf("KeyGet = %+v, %v", got, err)
+	}
+	if n := f.inner.inserts.Load() + f.inner.gets.Load(); n != 1 {
+		t.Fatalf("the store was asked %d times, want once", n)
+	}
+	if st := f.cache.Stats(); st.Hits != 5 || st.Misses != 1 || st.Entries != 1 {
+		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+func TestProcessingRecordIsNeverCached(t *testing.T) {
+	t.Parallel()
+	f := setup(t, replaycache.Options{})
+	ctx := context.Background()
+	p := intent("m", "k", time.Hour)
+	if _, inserted, err := f.cache.KeyInsert(ctx, p); err != nil || !inserted {
+		t.Fatalf("first KeyInsert: inserted=%v err=%v", inserted, err)
+	}
+	for range 3 {
+		rec, inserted, err := f.cache.KeyInsert(ctx, intent("m", "k", time.Hour))
+		if err != nil || inserted || rec.State != chargeonce.KeyProcessing {
+			t.Fatalf("retry: state=%s inserted=%v err=%v", rec.State, inserted, err)
+		}
+		if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.inner.inserts.Load(); n != 4 {
+		t.Fatalf("KeyInsert reached the store %d times, want 4", n)
+	}
+	if n := f.inner.gets.Load(); n != 3 {
+		t.Fatalf("KeyGet reached the store %d times, want 3", n)
+	}
+	// Once completed, the record is cached from its next read on.
+	if err := f.cache.KeyComplete(ctx, chargeonce.KeyCompleteParams{
+		MerchantID: "m", Key: "k", Token: p.Token, ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte("done"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if rec, _ := f.cache.KeyGet(ctx, "m", "k"); string(rec.ResponseBody) != "done" {
+			t.Fatalf("body %q", rec.ResponseBody)
+		}
+	}
+	if n := f.inner.gets.Load(); n != 4 {
+		t.Fatalf("KeyGet reached the store %d times, want 4", n)
+	}
+}
+
+func TestEntriesAreScopedToTheMerchant(t *testing.T) {
+	t.Parallel()
+	f := setup(t, replaycache.Options{})
+	ctx := context.Background()
+	f.completed(t, "a", "k", time.Hour, "a's answer")
+	if rec, _, err := f.cache.KeyInsert(ctx, intent("a", "k", time.Hour)); err != nil || string(rec.ResponseBody) != "a's answer" {
+		t.Fatalf("a: %q %v", rec.ResponseBody, err)
+	}
+	// Merchant b's first use of the same key is a new intent, in the store.
+	rec, inserted, err := f.cache.KeyInsert(ctx, intent("b", "k", time.Hour))
+	if err != nil || !inserted || rec.MerchantID != "b" {
+		t.Fatalf("b: inserted=%v merchant=%q err=%v", inserted, rec.MerchantID, err)
+	}
+	if _, err := f.cache.KeyGet(ctx, "c", "k"); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+		t.Fatalf("c: err %v, want ENOTFOUND", err)
+	}
+}
+
+func TestEntryIsNotServedPastExpiryMinusMargin(t *testing.T) {
+	t.Parallel()
+	const margin = time.Minute
+	f := setup(t, replaycache.Options{SkewMargin: margin})
+	ctx := context.Background()
+	f.completed(t, "m", "k", time.Hour, "x")
+	rec, err := f.cache.KeyGet(ctx, "m", "k") // cached
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.set(rec.ExpiresAt.Add(-margin - time.Second))
+	if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil || f.inner.gets.Load() != 1 {
+		t.Fatalf("a second before the margin: err=%v, store reads %d, want 1", err, f.inner.gets.Load())
+	}
+	f.clock.set(rec.ExpiresAt.Add(-margin))
+	if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil || f.inner.gets.Load() != 2 {
+		t.Fatalf("at the margin: err=%v, store reads %d, want 2", err, f.inner.gets.Load())
+	}
+	// By this instance's clock the record is past its margin: it is not
+	// cached again, however often it is read.
+	if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil || f.inner.gets.Load() != 3 {
+		t.Fatalf("after the margin: err=%v, store reads %d, want 3", err, f.inner.gets.Load())
+	}
+}
+
+func TestRecordsCloseToExpiryAreNotCached(t *testing.T) {
+	t.Parallel()
+	f := setup(t, replaycache.Options{}) // default margin: a minute
+	ctx := context.Background()
+	f.completed(t, "m", "k", 30*time.Second, "x")
+	for range 3 {
+		if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.inner.gets.Load(); n != 3 {
+		t.Fatalf("store reads %d, want 3", n)
+	}
+}
+
+func TestSizeIsBounded(t *testing.T) {
+	t.Parallel()
+	f := setup(t, replaycache.Options{MaxEntries: 16}) // one entry per shard
+	ctx := context.Background()
+	for range 100 {
+		k := "k" + randHex(4)
+		f.completed(t, "m", k, time.Hour, "x")
+		if _, err := f.cache.KeyGet(ctx, "m", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.cache.Stats().Entries; n > 16 {
+		t.Fatalf("%d entries, want at most 16", n)
+	}
+}
+
+func TestCallersCannotChangeCachedBytes(t *testing.T) {
+	t.Parallel()
+	f := setup(t, replaycache.Options{})
+	ctx := context.Background()
+	f.completed(t, "m", "k", time.Hour, "original")
+	rec, _ := f.cache.KeyGet(ctx, "m", "k")
+	rec.ResponseBody[0] = 'X'
+	rec, _ = f.cache.KeyGet(ctx, "m", "k")
+	rec.ResponseBody[0] = 'Y'
+	if rec, _ = f.cache.KeyGet(ctx, "m", "k"); string(rec.ResponseBody) != "original" {
+		t.Fatalf("cached body changed to %q", rec.ResponseBody)
+	}
+}
+
+// Through the engine, a cached record still tells a replay (the stored
+// bytes) from a reused key (422): the fingerprint is part of the entry.
+func TestEngineOverCache(t *testing.T) {
+	t.Parallel()
+	f := setup(t, replaycache.Options{})
+	sim := apitest.Simulator(t, acquirer.Options{})
+	eng := engine.New(f.cache, sim, engine.Options{})
+	ctx := context.Background()
+	req := func(amount int64) *chargeonce.ChargeRequest {
+		r := &chargeonce.ChargeRequest{OrderID: 9, AmountCents: amount, PaymentToken: "tok_ok"}
+		if err := r.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first, err := eng.Charge(ctx, "m", "key-1", req(100))
+	if err != nil || first.Status != 201 || first.Replayed {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	for range 3 {
+		again, err := eng.Charge(ctx, "m", "key-1", req(100))
+		if err != nil || !again.Replayed || again.Status != 201 || string(again.Body) != string(first.Body) {
+			t.Fatalf("replay: %+v %v", again, err)
+		}
+	}
+	if _, err := eng.Charge(ctx, "m", "key-1", req(999)); chargeonce.ErrorCode(err) != chargeonce.EKEYREUSED {
+		t.Fatalf("reused key: err %v, want %s", err, chargeonce.EKEYREUSED)
+	}
+	if st := f.cache.Stats(); st.Hits < 3 {
+		t.Fatalf("Stats = %+v, want the replays served from memory", st)
+	}
+	if s := sim.Stats(); s.CaptureRequests != 1 {
+		t.Fatalf("the acquirer saw %d capture requests, want 1", s.CaptureRequests)
+	}
+}
