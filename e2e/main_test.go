@@ -6,14 +6,9 @@ package e2e
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(withBuildRemoved{pgtest.M(m)},
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	pgtest.VerifyMain(withBuildRemoved{pgtest.M(m)})
 }

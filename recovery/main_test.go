@@ -3,15 +3,9 @@ package recovery_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(pgtest.M(m),
-		// pgxpool's background health check outlives the pools of
-		// individual tests by a moment, by design.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-	)
+	pgtest.VerifyMain(m)
 }

@@ -12,17 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(pgtest.M(m),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	pgtest.VerifyMain(m)
 }
 
 // syncBuffer is a bytes.Buffer safe for a command's goroutines and the test.
