@@ -403,7 +403,9 @@ func TestExpiredContextReturnsPromptly(t *testing.T) {
 			_, err := c.CreateCharge(ctx, req)
 			elapsed := time.Since(start)
 			t.Logf("gave up after %s (budget %s): %v", elapsed, budget, err)
-			if elapsed > budget+200*time.Millisecond {
+			// Promptly means at the deadline, not after the 10s the second
+			// answer takes; the slack is for a loaded 2-core machine.
+			if elapsed > budget+2*time.Second {
 				t.Fatalf("CreateCharge returned %s after a %s deadline", elapsed, budget)
 			}
 			if !errors.Is(err, context.DeadlineExceeded) {
@@ -488,7 +490,8 @@ func TestRetryAfterBeyondDeadlineGivesUpAtOnce(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ae) || ae.StatusCode != 409 || ae.RetryAfter != time.Second {
 		t.Fatalf("err = %v, want DeadlineExceeded with the 409 as last error", err)
 	}
-	if elapsed > 600*time.Millisecond {
+	// It must return before the 900ms deadline fires, not sleep into it.
+	if elapsed > 850*time.Millisecond {
 		t.Fatalf("gave up after %s; it should not wait for a deadline it cannot beat", elapsed)
 	}
 }
