@@ -96,6 +96,7 @@ type DeclinedError struct {
 	*APIError
 }
 
+// Error implements error.
 func (e *DeclinedError) Error() string {
 	return fmt.Sprintf("chargeonce: charge %s declined: %s", e.ChargeID, e.DeclineCode)
 }
@@ -139,6 +140,7 @@ type ProcessingError struct {
 	attempts int
 }
 
+// Error implements error.
 func (e *ProcessingError) Error() string {
 	return fmt.Sprintf("chargeonce: charge %s is still processing: the acquirer's outcome is not known yet", e.Charge.ID)
 }
@@ -169,6 +171,7 @@ type GaveUpError struct {
 	attempts int
 }
 
+// Error implements error.
 func (e *GaveUpError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chargeonce: %s %s: gave up after %d attempt", e.Method, e.Path, e.attempts)
