@@ -164,7 +164,13 @@ func TestMigrateAndReconcile(t *testing.T) {
 		}
 	}
 	var rout syncBuffer
-	if err := Main(context.Background(), []string{"reconcile", "--db", url}, &rout, &syncBuffer{}); err != nil {
+	// reconcile refuses a simulator of its own: it must re-drive the
+	// acquirer the charges were sent to.
+	if err := Main(context.Background(), []string{"reconcile", "--db", url}, &rout, &syncBuffer{}); err == nil || !strings.Contains(err.Error(), "--acquirer") {
+		t.Fatalf("reconcile with the default in-process simulator: %v, want an error naming --acquirer", err)
+	}
+	// With nothing to recover, no acquirer is called.
+	if err := Main(context.Background(), []string{"reconcile", "--db", url, "--acquirer", "http://127.0.0.1:1"}, &rout, &syncBuffer{}); err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}
 	if !strings.HasPrefix(rout.String(), "claimed=0 settled=0 deferred=0 stuck=0") {

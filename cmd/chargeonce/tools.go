@@ -86,6 +86,13 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if lease <= acq.timeout {
 		return fmt.Errorf("--lease (%s) must be longer than --acquirer-timeout (%s)", lease, acq.timeout)
 	}
+	if acq.target == "sim" {
+		// Recovery must re-drive the acquirer the charges were sent to: a
+		// simulator made up in this process has never seen them, and
+		// settling orphans against it would be settling them against
+		// nobody. (serve's own recovery loop shares serve's simulator.)
+		return fmt.Errorf("--acquirer: reconcile needs the URL of the acquirer the charges were sent to (such as a `chargeonce acquirer`); an in-process simulator of its own has never seen them")
+	}
 	a, _, err := acq.build()
 	if err != nil {
 		return err
