@@ -51,10 +51,12 @@ func TestCrashDuringSlowAcquirerCall(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	ps := newProcs(t)
-	acq := ps.startAcquirer("acquirer", "--slow", "2s")
+	// The capture is slow enough that the kill lands inside it even on a
+	// loaded machine.
+	acq := ps.startAcquirer("acquirer", "--slow", "4s")
 	// The lease outlives the acquirer timeout, which outlives the slow
 	// capture: the crash, not a timeout, is what leaves the record behind.
-	flags := []string{"--lease", "3s", "--acquirer-timeout", "2500ms", "--reconcile-every", "200ms"}
+	flags := []string{"--lease", "6s", "--acquirer-timeout", "4500ms", "--reconcile-every", "200ms"}
 	dbURL := withParams(url, "pool_max_conns", "4")
 	a := ps.start("serve-a", serveArgs(dbURL, acq.URL(), flags...)...)
 	b := ps.start("serve-b", serveArgs(dbURL, acq.URL(), flags...)...)
