@@ -187,7 +187,7 @@ func (e *Engine) charge(ctx context.Context, merchantID, key string, req *charge
 	if inserted {
 		// The record is committed: from here on, whatever happens to this
 		// process, recovery can finish the charge with the same reference.
-		return e.drive(ctx, rec, token, false), nil
+		return e.drive(ctx, rec, token, 0, false), nil
 	}
 
 	if rec.Fingerprint != fp {
@@ -208,9 +208,14 @@ func (e *Engine) charge(ctx context.Context, merchantID, key string, req *charge
 		return Response{}, fmt.Errorf("claiming expired lease: %w", err)
 	}
 	if !ok {
-		return e.current(ctx, merchantID, key)
+		// Somebody else claimed it first; claimed is the record as it is
+		// now: its stored answer, or still in progress.
+		if claimed.State == chargeonce.KeyCompleted {
+			return replay(claimed), nil
+		}
+		return Response{}, inProgress()
 	}
-	return e.drive(ctx, claimed, token, false), nil
+	return e.drive(ctx, claimed, token, 0, false), nil
 }
 
 func inProgress() error {
@@ -232,21 +237,6 @@ func (e *Engine) release(ctx context.Context, merchantID, key, token string) {
 	}
 }
 
-// current answers from the record as it is now: its stored response, or 409.
-func (e *Engine) current(ctx context.Context, merchantID, key string) (Response, error) {
-	rec, err := e.store.KeyGet(ctx, merchantID, key)
-	if err != nil {
-		if chargeonce.ErrorCode(err) == chargeonce.ENOTFOUND {
-			return Response{}, inProgress()
-		}
-		return Response{}, fmt.Errorf("reading idempotency record: %w", err)
-	}
-	if rec.State == chargeonce.KeyCompleted {
-		return replay(rec), nil
-	}
-	return Response{}, inProgress()
-}
-
 func replay(rec chargeonce.KeyRecord) Response {
 	return Response{Status: rec.ResponseStatus, Body: rec.ResponseBody, Replayed: true}
 }
@@ -255,7 +245,7 @@ func replay(rec chargeonce.KeyRecord) Response {
 // token) to a final answer. On an unknown outcome it backs the record off
 // for backoff and reports false.
 func (e *Engine) Recover(ctx context.Context, rec chargeonce.KeyRecord, backoff time.Duration) (settled bool) {
-	resp := e.drive(ctx, rec, rec.Token, true, backoff)
+	resp := e.drive(ctx, rec, rec.Token, backoff, true)
 	return resp.Status != 202
 }
 
@@ -265,7 +255,11 @@ func (e *Engine) Recover(ctx context.Context, rec chargeonce.KeyRecord, backoff 
 //
 // The acquirer call and the writes after it run on a context detached from
 // the client's: a client that hangs up must not leave a charge half-done.
-func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token string, recovering bool, backoff ...time.Duration) Response {
+//
+// When the record cannot be settled now, it is handed to recovery after
+// backoff (zero for a client's attempt: at once rather than when the lease
+// ends), counting a recovery attempt when recovering.
+func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering bool) Response {
 	ch := rec.Charge
 	base := context.WithoutCancel(ctx)
 	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
@@ -285,19 +279,12 @@ func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token stri
 	if err == nil && res.Status != chargeonce.StatusCaptured && res.Status != chargeonce.StatusDeclined {
 		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
 	}
-	// When the record cannot be settled now, it is handed to recovery at
-	// once (after the back-off when recovery itself is driving it) rather
-	// than when the lease ends.
-	var after time.Duration
-	if len(backoff) > 0 {
-		after = backoff[0]
-	}
 	if err != nil {
 		// Unknown outcome: the money may or may not have moved. Answer 202
 		// and hand the record to recovery now rather than after the lease.
 		e.log.Warn("acquirer outcome unknown; record left for recovery",
 			"charge_id", ch.ID, "merchant", ch.MerchantID, "recovering", recovering, "err", err)
-		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, after, recovering)
+		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, backoff, recovering)
 		return Response{Status: 202, Body: EncodeCharge(&ch)}
 	}
 
@@ -337,7 +324,7 @@ func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token stri
 		// a write that keeps failing is backed off like an acquirer outage.
 		e.log.Error("storing the acquirer's answer failed; record left for recovery",
 			"charge_id", ch.ID, "status", final.Status, "err", err)
-		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, after, recovering)
+		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, backoff, recovering)
 		return Response{Status: 202, Body: EncodeCharge(&ch)}
 	}
 }
