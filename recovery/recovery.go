@@ -50,9 +50,7 @@ type Rescuer struct {
 	opts   RescuerOptions
 	log    *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop loop
 }
 
 // NewRescuer returns a Rescuer that settles store's orphans through eng.
@@ -179,47 +177,25 @@ func (r *Rescuer) backoff(attempts int) time.Duration {
 	return d
 }
 
-// Start runs passes every opts.Every until Stop. It returns at once.
+// Start runs passes every opts.Every, the first at once, until Stop. It
+// returns at once.
 func (r *Rescuer) Start(ctx context.Context) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done != nil {
-		return
+	r.loop.start(ctx, r.opts.Every, true, r.pass)
+}
+
+// pass runs one pass and logs what it did.
+func (r *Rescuer) pass(ctx context.Context) {
+	res, err := r.RunOnce(ctx)
+	switch {
+	case err != nil && !errors.Is(err, context.Canceled):
+		r.log.Error("recovery pass failed", "err", err)
+	case res.Claimed > 0:
+		r.log.Info("recovery pass", "claimed", res.Claimed, "settled", res.Settled, "deferred", res.Deferred)
 	}
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go func() {
-		defer close(r.done)
-		t := time.NewTicker(r.opts.Every)
-		defer t.Stop()
-		for {
-			res, err := r.RunOnce(ctx)
-			switch {
-			case err != nil && !errors.Is(err, context.Canceled):
-				r.log.Error("recovery pass failed", "err", err)
-			case res.Claimed > 0:
-				r.log.Info("recovery pass", "claimed", res.Claimed, "settled", res.Settled, "deferred", res.Deferred)
-			}
-			if res.Stuck.Count > 0 {
-				r.log.Warn("processing records past their lease", "count", res.Stuck.Count, "oldest_age", res.Stuck.OldestAge.Round(time.Millisecond).String())
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	if res.Stuck.Count > 0 {
+		r.log.Warn("processing records past their lease", "count", res.Stuck.Count, "oldest_age", res.Stuck.OldestAge.Round(time.Millisecond).String())
+	}
 }
 
 // Stop ends the loop and waits for the pass in flight.
-func (r *Rescuer) Stop() {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (r *Rescuer) Stop() { r.loop.stop() }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -30,9 +29,7 @@ type Sweeper struct {
 	opts  SweeperOptions
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop loop
 }
 
 // NewSweeper returns a Sweeper over store.
@@ -67,41 +64,18 @@ func (s *Sweeper) RunOnce(ctx context.Context) (int, error) {
 
 // Start runs RunOnce every opts.Every until Stop.
 func (s *Sweeper) Start(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		return
+	s.loop.start(ctx, s.opts.Every, false, s.sweep)
+}
+
+// sweep runs RunOnce and logs what it deleted.
+func (s *Sweeper) sweep(ctx context.Context) {
+	n, err := s.RunOnce(ctx)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Error("key sweep failed", "deleted", n, "err", err)
+	} else if n > 0 {
+		s.log.Info("expired idempotency keys deleted", "deleted", n)
 	}
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(s.opts.Every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			n, err := s.RunOnce(ctx)
-			if err != nil && !errors.Is(err, context.Canceled) {
-				s.log.Error("key sweep failed", "deleted", n, "err", err)
-			} else if n > 0 {
-				s.log.Info("expired idempotency keys deleted", "deleted", n)
-			}
-		}
-	}()
 }
 
 // Stop ends the loop and waits for the sweep in flight.
-func (s *Sweeper) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (s *Sweeper) Stop() { s.loop.stop() }
