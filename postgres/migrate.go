@@ -4,13 +4,10 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/chargeonce/chargeonce/internal/migrations"
 )
 
 //go:embed migrations/*.sql
@@ -22,42 +19,6 @@ var migrationFS embed.FS
 // own) also take turns; they are short, and a constant cannot disagree
 // between two instances about which schema they are in.
 const migrateLockKey int64 = 0x63686172676f6e63
-
-// migration is one embedded migrations/NNNN_name.sql file.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations returns the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	seen := map[int]string{}
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive version and an underscore (0001_init.sql)", name)
-		}
-		if other, dup := seen[v]; dup {
-			return nil, fmt.Errorf("migrations %s and %s share version %d", other, name, v)
-		}
-		seen[v] = name
-		b, err := fs.ReadFile(migrationFS, path.Join("migrations", name))
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
 
 // Migrate applies the embedded migrations that the current schema (the
 // first of the connection's search_path) has not seen yet, recording each in
@@ -71,7 +32,7 @@ func migrations() ([]migration, error) {
 // on a pooled connection. PostgreSQL's DDL is transactional: a failed
 // migration leaves the schema as it was.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := migrations()
+	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
 		return fmt.Errorf("reading migrations: %w", err)
 	}
@@ -99,14 +60,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 			done[int(v)] = true
 		}
 		for _, m := range ms {
-			if done[m.version] {
+			if done[m.Version] {
 				continue
 			}
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("applying migration %s: %w", m.name, err)
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("applying migration %s: %w", m.Name, err)
 			}
-			if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
-				return fmt.Errorf("recording migration %s: %w", m.name, err)
+			if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+				return fmt.Errorf("recording migration %s: %w", m.Name, err)
 			}
 		}
 		return nil

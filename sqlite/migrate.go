@@ -4,11 +4,9 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/chargeonce/chargeonce/internal/migrations"
 )
 
 // migrationFS holds the schema, one file per version, named
@@ -16,42 +14,6 @@ import (
 //
 //go:embed migrations/*.sql
 var migrationFS embed.FS
-
-// migration is one embedded schema file.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations returns the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, fmt.Errorf("listing migrations: %w", err)
-	}
-	ms := make([]migration, 0, len(names))
-	seen := map[int]string{}
-	for _, name := range names {
-		base := path.Base(name)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive version number and '_'", base)
-		}
-		if other, dup := seen[v]; dup {
-			return nil, fmt.Errorf("migrations %s and %s share version %d", other, base, v)
-		}
-		seen[v] = base
-		b, err := migrationFS.ReadFile(name)
-		if err != nil {
-			return nil, fmt.Errorf("reading migration %s: %w", base, err)
-		}
-		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
 
 // Migrate applies the embedded migrations that schema_migrations does not
 // list yet, all in one transaction.
@@ -62,7 +24,7 @@ func migrations() ([]migration, error) {
 // versions are read inside that transaction, after the lock is held; a
 // latecomer finds the work done and commits nothing.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := migrations()
+	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
 		return err
 	}
@@ -101,17 +63,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return wrap(fmt.Sprintf("migrating: applying %s", m.name), err)
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return wrap(fmt.Sprintf("migrating: applying %s", m.Name), err)
 		}
 		if _, err := tx.ExecContext(ctx,
 			`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, `+nowMicros+`)`,
-			m.version, m.name,
+			m.Version, strings.TrimSuffix(m.Name, ".sql"),
 		); err != nil {
-			return wrap(fmt.Sprintf("migrating: recording %s", m.name), err)
+			return wrap(fmt.Sprintf("migrating: recording %s", m.Name), err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
