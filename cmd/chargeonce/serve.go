@@ -128,6 +128,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	log.Info("chargeonce listening", "addr", ln.Addr().String(), "db", redactURL(c.db), "acquirer", c.acq.target,
 		"lease", c.lease, "key_ttl", c.keyTTL)
+	return serveUntilDone(ctx, srv, ln, log)
+}
+
+// serveUntilDone serves on ln until ctx ends, then shuts srv down, giving
+// requests in flight shutdownTimeout to finish.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, log *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,19 +35,7 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	srv := &http.Server{Handler: acquirer.Handler(sim), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("acquirer simulator listening", "addr", ln.Addr().String(), "slow", slow, "latency", latency)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serving: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serveUntilDone(ctx, srv, ln, log)
 }
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
