@@ -71,14 +71,3 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, s...)
 	return append(b, '"')
 }
-
-// ChargeJSON is the public charge object, for decoding and for listing.
-type ChargeJSON struct {
-	ID          string  `json:"id"`
-	OrderID     int64   `json:"order_id"`
-	AmountCents int64   `json:"amount_cents"`
-	Currency    string  `json:"currency"`
-	Status      string  `json:"status"`
-	DeclineCode *string `json:"decline_code"`
-	CreatedAt   string  `json:"created_at"`
-}

@@ -28,11 +28,11 @@ func TestEncodeChargeIsTheChargeObject(t *testing.T) {
 	} {
 		c := sampleCharge()
 		mod(&c)
-		var got engine.ChargeJSON
+		var got chargeJSON
 		if err := json.Unmarshal(engine.EncodeCharge(&c), &got); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		want := engine.ChargeJSON{ID: c.ID, OrderID: c.OrderID, AmountCents: c.AmountCents, Currency: c.Currency,
+		want := chargeJSON{ID: c.ID, OrderID: c.OrderID, AmountCents: c.AmountCents, Currency: c.Currency,
 			Status: string(c.Status), CreatedAt: c.CreatedAt.UTC().Format(time.RFC3339)}
 		if c.DeclineCode != "" {
 			want.DeclineCode = &c.DeclineCode
@@ -88,4 +88,15 @@ func BenchmarkFinalResponseDeclined(b *testing.B) {
 	for b.Loop() {
 		_ = engine.FinalResponse(&c)
 	}
+}
+
+// chargeJSON is the public charge object as a client decodes it.
+type chargeJSON struct {
+	ID          string  `json:"id"`
+	OrderID     int64   `json:"order_id"`
+	AmountCents int64   `json:"amount_cents"`
+	Currency    string  `json:"currency"`
+	Status      string  `json:"status"`
+	DeclineCode *string `json:"decline_code"`
+	CreatedAt   string  `json:"created_at"`
 }

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -227,5 +226,4 @@ func TestInternalErrorBeforeAcquirerReleasesKey(t *testing.T) {
 	if again.Status != 201 || again.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("retry after 5xx: %d replayed=%q %s", again.Status, again.Header.Get("Idempotent-Replayed"), again.Body)
 	}
-	_ = bytes.Equal
 }

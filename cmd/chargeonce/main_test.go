@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -176,5 +175,4 @@ func TestMigrateAndReconcile(t *testing.T) {
 	if !strings.HasPrefix(rout.String(), "claimed=0 settled=0 deferred=0 stuck=0") {
 		t.Fatalf("reconcile printed %q", rout.String())
 	}
-	_ = fmt.Sprint
 }
