@@ -3,9 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -77,10 +75,11 @@ func TestRaceManyInstancesOneDatabase(t *testing.T) {
 					// the test also ends on a loaded machine.
 					timeout := time.Duration(20+rng.IntN(481)+100*n) * time.Millisecond
 					c := &http.Client{Timeout: min(timeout, 5*time.Second)}
-					st, b, err := post(c, inst.URL, key, body)
+					got := charge(c, inst.URL, key, body)
+					st, b := got.status, got.body
 					switch {
-					case err != nil:
-						last = err.Error()
+					case got.err != nil:
+						last = got.err.Error()
 						timeouts.Add(1)
 					case st == 201 || st == 402:
 						finals[i][a] = answer{st, b}
@@ -142,24 +141,4 @@ func TestRaceManyInstancesOneDatabase(t *testing.T) {
 	if timeouts.Load() == 0 {
 		t.Fatalf("no attempt timed out: the test did not exercise client timeouts")
 	}
-}
-
-func post(c *http.Client, base, key string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequest("POST", base+"/v1/charges", bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+apitest.APIKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, errors.Join(errors.New("reading body"), err)
-	}
-	return resp.StatusCode, b, nil
 }
