@@ -71,7 +71,7 @@ func TestCrashDuringSlowAcquirerCall(t *testing.T) {
 	go func() { first <- charge(&http.Client{Timeout: 30 * time.Second}, a.URL(), key, body) }()
 
 	// The attempt is at the acquirer once its request has arrived there.
-	eventually(t, 20*time.Second, "the capture request to reach the acquirer", func() bool {
+	apitest.Eventually(t, 20*time.Second, "the capture request to reach the acquirer", func() bool {
 		st, err := ac.Stats(t.Context())
 		return err == nil && st.CaptureRequests >= 1
 	})

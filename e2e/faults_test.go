@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 )
 
@@ -108,7 +109,7 @@ CREATE TRIGGER slow_first_write BEFORE UPDATE ON idempotency_keys
 	// The acquirer has answered and the write is under way: its backend
 	// sleeps in the trigger.
 	var pid int64
-	eventually(t, 30*time.Second, "the response write to be in flight", func() bool {
+	apitest.Eventually(t, 30*time.Second, "the response write to be in flight", func() bool {
 		pid = queryInt(t, admin, `
 SELECT COALESCE(max(pid), 0) FROM pg_stat_activity
 WHERE datname = current_database() AND application_name = $1 AND wait_event = 'PgSleep'`, app)
@@ -155,7 +156,7 @@ func TestConnectionsKilledDuringAcquirerCall(t *testing.T) {
 	body := chargeBody(order, "tok_slow")
 	first := make(chan answer, 1)
 	go func() { first <- charge(&http.Client{Timeout: 60 * time.Second}, a.URL(), key, body) }()
-	eventually(t, 20*time.Second, "the capture request to reach the acquirer", func() bool {
+	apitest.Eventually(t, 20*time.Second, "the capture request to reach the acquirer", func() bool {
 		st, err := ac.Stats(t.Context())
 		return err == nil && st.CaptureRequests >= 1
 	})
@@ -236,7 +237,7 @@ CREATE TRIGGER refuse_completion BEFORE UPDATE ON idempotency_keys
 	}
 
 	// A's own recovery keeps failing to store the answer, with back-off.
-	eventually(t, 30*time.Second, "A's recovery to try and fail", func() bool {
+	apitest.Eventually(t, 30*time.Second, "A's recovery to try and fail", func() bool {
 		return queryInt(t, url, `SELECT recovery_attempts FROM idempotency_keys WHERE key = $1`, key) >= 1
 	})
 	// The database takes A's writes again (as after a restart), and a
@@ -297,7 +298,7 @@ func TestAcquirerDown(t *testing.T) {
 		return queryInt(t, url, `SELECT count(*) FROM idempotency_keys WHERE state = 'processing'`)
 	}
 	// Recovery tries, fails, backs off: attempts grow, nothing settles.
-	eventually(t, 30*time.Second, "recovery to retry every record at least twice", func() bool {
+	apitest.Eventually(t, 30*time.Second, "recovery to retry every record at least twice", func() bool {
 		return queryInt(t, url, `SELECT min(recovery_attempts) FROM idempotency_keys`) >= 2
 	})
 	if n := processing(); n != int64(len(tokens)) {
@@ -306,7 +307,7 @@ func TestAcquirerDown(t *testing.T) {
 	// Operators see the orphans: the gauge on every instance (each runs
 	// recovery) and the recovery log line.
 	for _, base := range bases {
-		eventually(t, 30*time.Second, "the stuck-records gauge to count every record", func() bool {
+		apitest.Eventually(t, 30*time.Second, "the stuck-records gauge to count every record", func() bool {
 			v, ok := metric(t, base, "chargeonce_stuck_records")
 			return ok && v == float64(len(tokens))
 		})
@@ -325,7 +326,7 @@ func TestAcquirerDown(t *testing.T) {
 
 	acq.restart("acquirer", "--addr", acqAddr)
 	restarted := time.Now()
-	eventually(t, 60*time.Second, "recovery to settle every record", func() bool { return processing() == 0 })
+	apitest.Eventually(t, 60*time.Second, "recovery to settle every record", func() bool { return processing() == 0 })
 	settledIn := time.Since(restarted)
 	ac := acquirerClient(acq)
 	for i, tok := range tokens {
@@ -352,7 +353,7 @@ func TestAcquirerDown(t *testing.T) {
 		t.Fatalf("acquirer stats %+v; want 3 captures", st)
 	}
 	for _, base := range bases {
-		eventually(t, 30*time.Second, "the stuck-records gauge to drop to zero", func() bool {
+		apitest.Eventually(t, 30*time.Second, "the stuck-records gauge to drop to zero", func() bool {
 			v, ok := metric(t, base, "chargeonce_stuck_records")
 			return ok && v == 0
 		})

@@ -472,18 +472,6 @@ func metric(t *testing.T, base, name string) (float64, bool) {
 	return 0, false
 }
 
-// eventually polls cond every 50ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // newOrder returns an order id no other test uses.
 func newOrder() int64 { return orderIDs.Add(1) }
 

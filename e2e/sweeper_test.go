@@ -40,7 +40,7 @@ func TestKeyExpiry(t *testing.T) {
 	if records() != 1 {
 		t.Fatalf("no idempotency record for %s", key)
 	}
-	eventually(t, 30*time.Second, "the sweeper to delete the expired record", func() bool { return records() == 0 })
+	apitest.Eventually(t, 30*time.Second, "the sweeper to delete the expired record", func() bool { return records() == 0 })
 	if !strings.Contains(s.logText(), `msg="expired idempotency keys deleted" deleted=1`) {
 		t.Fatalf("the sweeper did not log its deletion")
 	}
