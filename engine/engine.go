@@ -45,16 +45,13 @@ type Options struct {
 	// attempt runs to its end whatever the client does.
 	MaxInFlight int
 	Logger      *slog.Logger
-	// Observer, when set, is told about every outcome (metrics).
+	// Observer, when set, is told about every acquirer call (metrics).
 	Observer Observer
 }
 
-// Observer receives events for metrics. Implementations must be safe for
-// concurrent use.
+// Observer receives the engine's events for metrics. Implementations must
+// be safe for concurrent use.
 type Observer interface {
-	// Outcome is called once per attempt with the HTTP status it answered
-	// and whether it was a replay.
-	Outcome(status int, replayed bool)
 	// AcquirerCall is called after every acquirer call.
 	AcquirerCall(d time.Duration, err error)
 }
@@ -120,31 +117,6 @@ func (e *Engine) Options() Options { return e.opts }
 // an internal error (5xx; nothing was charged and the key was released or
 // never written).
 func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest) (Response, error) {
-	resp, err := e.charge(ctx, merchantID, key, req)
-	if e.opts.Observer != nil {
-		status := resp.Status
-		if err != nil {
-			status = statusOf(err)
-		}
-		e.opts.Observer.Outcome(status, resp.Replayed)
-	}
-	return resp, err
-}
-
-func statusOf(err error) int {
-	switch chargeonce.ErrorCode(err) {
-	case chargeonce.EINPROGRESS:
-		return 409
-	case chargeonce.EKEYREUSED:
-		return 422
-	case chargeonce.EUNAVAILABLE:
-		return 503
-	default:
-		return 500
-	}
-}
-
-func (e *Engine) charge(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest) (Response, error) {
 	select {
 	case e.slots <- struct{}{}:
 		defer func() { <-e.slots }()

@@ -35,13 +35,19 @@ var problems = map[string]problemInfo{
 // finishes within the acquirer timeout, so a prompt retry usually replays.
 const retryAfterSeconds = "1"
 
+// problemFor returns err's code and how it is shown; codes without an entry
+// are internal errors.
+func problemFor(err error) (string, problemInfo) {
+	code := chargeonce.ErrorCode(err)
+	if info, ok := problems[code]; ok {
+		return code, info
+	}
+	return chargeonce.EINTERNAL, problems[chargeonce.EINTERNAL]
+}
+
 // writeError writes err as application/problem+json.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code := chargeonce.ErrorCode(err)
-	info, ok := problems[code]
-	if !ok {
-		code, info = chargeonce.EINTERNAL, problems[chargeonce.EINTERNAL]
-	}
+	code, info := problemFor(err)
 	if info.status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}

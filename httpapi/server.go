@@ -24,11 +24,20 @@ const MaxBodyBytes = 64 << 10
 
 // Server serves the API. Build it with New.
 type Server struct {
-	engine *engine.Engine
-	store  chargeonce.Store
-	keys   *Keys
-	log    *slog.Logger
-	mux    *http.ServeMux
+	engine   *engine.Engine
+	store    chargeonce.Store
+	keys     *Keys
+	log      *slog.Logger
+	outcomes OutcomeObserver
+	mux      *http.ServeMux
+}
+
+// OutcomeObserver is told the answer to every charge attempt the engine
+// ran (metrics). Implementations must be safe for concurrent use.
+type OutcomeObserver interface {
+	// Outcome is called once per attempt with the HTTP status it answered
+	// and whether it was a replay.
+	Outcome(status int, replayed bool)
 }
 
 // Config holds a Server's dependencies.
@@ -39,11 +48,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
+	// Outcomes, when set, is told the answer to every attempt that reached
+	// the engine.
+	Outcomes OutcomeObserver
 }
 
 // New returns a Server.
 func New(cfg Config) *Server {
-	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -91,6 +103,14 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.engine.Charge(r.Context(), merchant.ID, key, &req)
+	if s.outcomes != nil {
+		status := resp.Status
+		if err != nil {
+			_, info := problemFor(err)
+			status = info.status
+		}
+		s.outcomes.Outcome(status, resp.Replayed)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -15,7 +15,8 @@ import (
 	"github.com/chargeonce/chargeonce"
 )
 
-// Metrics implements engine.Observer and serves the registry.
+// Metrics implements engine.Observer and httpapi.OutcomeObserver, and
+// serves the registry.
 type Metrics struct {
 	reg         *prometheus.Registry
 	outcomes    *prometheus.CounterVec
@@ -33,7 +34,7 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chargeonce_charge_attempts_total",
-			Help: "POST /v1/charges answers from the engine, by HTTP status and whether the answer was a replay.",
+			Help: "POST /v1/charges answers to attempts that reached the engine, by HTTP status and whether the answer was a replay.",
 		}, []string{"status", "replayed"}),
 		acquirer: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "chargeonce_acquirer_call_seconds",
@@ -60,7 +61,7 @@ func New() *Metrics {
 	return m
 }
 
-// Outcome implements engine.Observer.
+// Outcome implements httpapi.OutcomeObserver.
 func (m *Metrics) Outcome(status int, replayed bool) {
 	rp := 0
 	if replayed {

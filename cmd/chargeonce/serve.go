@@ -96,7 +96,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Logger:          log,
 		Observer:        m,
 	})
-	api := httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: log, Metrics: m.Handler()})
+	api := httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: log, Metrics: m.Handler(), Outcomes: m})
 	var handler http.Handler = api
 	if sim != nil {
 		// The in-process simulator's API is mounted under /acquirer so
