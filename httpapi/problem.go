@@ -45,23 +45,32 @@ func problemFor(err error) (string, problemInfo) {
 	return chargeonce.EINTERNAL, problems[chargeonce.EINTERNAL]
 }
 
-// writeError writes err as application/problem+json.
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// Problem returns the status and the exact application/problem+json body
+// the API answers for err. The queue worker publishes the same bytes for the
+// same mistake.
+func Problem(err error) (status int, body []byte) {
 	code, info := problemFor(err)
-	if info.status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
 	var field string
 	if e := (*chargeonce.Error)(nil); errors.As(err, &e) {
 		field = e.Field
 	}
-	body, _ := json.Marshal(chargeonce.Problem{
+	body, _ = json.Marshal(chargeonce.Problem{
 		Type:   chargeonce.ProblemTypeBase + code,
 		Title:  info.title,
 		Status: info.status,
 		Detail: chargeonce.ErrorMessage(err),
 		Field:  field,
 	})
+	return info.status, body
+}
+
+// writeError writes err as application/problem+json.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code, _ := problemFor(err)
+	status, body := Problem(err)
+	if status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	if code == chargeonce.EINPROGRESS {
@@ -70,6 +79,6 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if code == chargeonce.EUNAUTHORIZED {
 		h.Set("WWW-Authenticate", `Bearer realm="chargeonce"`)
 	}
-	w.WriteHeader(info.status)
+	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

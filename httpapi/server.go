@@ -3,6 +3,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,12 +94,13 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var req chargeonce.ChargeRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	body, err := readBody(w, r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := req.Normalize(); err != nil {
+	req, err := DecodeChargeRequest(body)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -190,35 +192,60 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// decodeBody reads a JSON object of at most MaxBodyBytes into dst, strictly:
-// unknown fields, wrong types, overflowing integers and trailing data are
-// EINVALID errors that name the field; an oversized body is ETOOLARGE.
-func decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
+// readBody reads a request body of at most MaxBodyBytes; a larger one is
+// ETOOLARGE.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
-		return tooLarge()
+		return nil, tooLarge()
 	}
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge()
+		}
+		return nil, chargeonce.Errorf(chargeonce.EINVALID, "the body could not be read: %v", err)
+	}
+	return body, nil
+}
+
+// DecodeChargeRequest decodes and validates the body of a charge request
+// exactly as POST /v1/charges does, defaults applied. Every transport (the
+// HTTP API, the queue worker) goes through it, so the same bytes get the same
+// answer however they arrive. Errors are EINVALID (naming the field) or
+// ETOOLARGE.
+func DecodeChargeRequest(body []byte) (chargeonce.ChargeRequest, error) {
+	var req chargeonce.ChargeRequest
+	if len(body) > MaxBodyBytes {
+		return req, tooLarge()
+	}
+	if err := decodeJSON(body, &req); err != nil {
+		return req, err
+	}
+	if err := req.Normalize(); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// decodeJSON decodes one JSON object from body into dst, strictly: unknown
+// fields, wrong types, overflowing integers and trailing data are EINVALID
+// errors that name the field.
+func decodeJSON(body []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
 	if err == nil {
 		if _, terr := dec.Token(); terr != io.EOF {
-			var mbe *http.MaxBytesError
-			if errors.As(terr, &mbe) {
-				return tooLarge()
-			}
 			return chargeonce.Errorf(chargeonce.EINVALID, "the body must hold exactly one JSON object; found data after it")
 		}
 		return nil
 	}
 	var (
-		mbe *http.MaxBytesError
-		se  *json.SyntaxError
-		te  *json.UnmarshalTypeError
+		se *json.SyntaxError
+		te *json.UnmarshalTypeError
 	)
 	switch {
-	case errors.As(err, &mbe):
-		return tooLarge()
 	case errors.Is(err, io.EOF):
 		return chargeonce.Errorf(chargeonce.EINVALID, "the body is empty; send a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -234,7 +261,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return chargeonce.FieldError(name, "unknown field %q", name)
 	default:
-		return chargeonce.Errorf(chargeonce.EINVALID, "the body could not be read: %v", err)
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body could not be decoded: %v", err)
 	}
 }
 
