@@ -398,6 +398,11 @@ func ServeBare(ctx context.Context, addr, db string, log *slog.Logger) error {
 	}
 	defer store.Close()
 	defer sim.Close()
+	return serveCore(ctx, addr, c, log)
+}
+
+// serveCore serves c behind the bare handler on addr until ctx ends.
+func serveCore(ctx context.Context, addr string, c core, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)

@@ -144,7 +144,7 @@ func tiny(db string, out, log *syncBuffer) bench.Config {
 	}
 }
 
-var ratiosLine = regexp.MustCompile(`^ratios: new=(\d+\.\d\d) replay=(\d+\.\d\d) contended=(\d+\.\d\d)$`)
+var ratiosLine = regexp.MustCompile(`^ratios: new=(\d+\.\d\d) replay=(\d+\.\d\d) contended=(\d+\.\d\d) new_vs_minimal=(\d+\.\d\d) contended_vs_minimal=(\d+\.\d\d)$`)
 
 // checkOutput checks the report's shape: every workload, concurrency and
 // way has a row without errors, and the last line holds three ratios.
@@ -155,13 +155,13 @@ func checkOutput(t *testing.T, out, log string) {
 	if m == nil {
 		t.Fatalf("last line %q is not a ratios line\n%s", lines[len(lines)-1], out)
 	}
-	for i, name := range []string{"new", "replay", "contended"} {
+	for i, name := range []string{"new", "replay", "contended", "new_vs_minimal", "contended_vs_minimal"} {
 		r, err := strconv.ParseFloat(m[i+1], 64)
 		if err != nil || r <= 0 {
 			t.Errorf("ratio %s = %q, want a positive number", name, m[i+1])
 		}
 	}
-	row := regexp.MustCompile(`^\s*(new|replay|contended)\s+(\d+)\s+(chargeonce|bare-http|raw-sql)\s+(\d+)\s+\S+\s+\S+\s+(\d+)\b`)
+	row := regexp.MustCompile(`^\s*(new|replay|contended)\s+(\d+)\s+(chargeonce|bare-http|raw-sql|minimal)\s+(\d+)\s+\S+\s+\S+\s+(\d+)\b`)
 	seen := map[string]bool{}
 	for _, l := range lines {
 		r := row.FindStringSubmatch(l)
@@ -181,7 +181,13 @@ func checkOutput(t *testing.T, out, log string) {
 			if wl == "contended" && c == "1" {
 				continue
 			}
-			for _, way := range []string{"chargeonce", "bare-http", "raw-sql"} {
+			for _, way := range []string{"chargeonce", "bare-http", "raw-sql", "minimal"} {
+				if way == "minimal" && wl == "replay" {
+					if seen[wl+"/"+c+"/"+way] {
+						t.Errorf("a replay row for the minimal way, which has no stored responses\n%s", out)
+					}
+					continue
+				}
 				if !seen[wl+"/"+c+"/"+way] {
 					t.Errorf("no row for %s at %s clients, %s\n%s", wl, c, way, out)
 				}
@@ -194,6 +200,7 @@ func checkOutput(t *testing.T, out, log string) {
 		"0 keys with more than one charge",
 		"0 duplicate requests",
 		"targets at 4 clients:",
+		"cost per answered request",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report lacks %q\n%s", want, out)

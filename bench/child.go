@@ -24,6 +24,7 @@ import (
 const (
 	kindChargeonce = "chargeonce"
 	kindBare       = "bare"
+	kindMinimal    = "minimal"
 )
 
 // childStartTimeout bounds how long a child may take to answer /healthz
@@ -78,8 +79,10 @@ func Child(ctx context.Context, args []string, serve ServeFunc, stderr io.Writer
 		})
 	case kindBare:
 		return ServeBare(ctx, addr, db, log)
+	case kindMinimal:
+		return ServeMinimal(ctx, addr, db, log)
 	default:
-		return fmt.Errorf("bench child: --kind must be %s or %s; got %q", kindChargeonce, kindBare, kind)
+		return fmt.Errorf("bench child: --kind must be %s, %s or %s; got %q", kindChargeonce, kindBare, kindMinimal, kind)
 	}
 }
 

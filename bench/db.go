@@ -131,6 +131,10 @@ func (b *bench) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	minimal, err := b.spawn(ctx, wayMinimal, kindMinimal, db)
+	if err != nil {
+		return err
+	}
 	store, c, sim, err := openCore(ctx, db)
 	if err != nil {
 		return fmt.Errorf("--db: %w", err)
@@ -140,6 +144,7 @@ func (b *bench) setup(ctx context.Context) error {
 		{name: wayChargeonce, server: co, checksFlag: true, newClient: func() client { return newHTTPClient(co.addr, b.secret) }},
 		{name: wayBare, server: bare, newClient: func() client { return newHTTPClient(bare.addr, b.secret) }},
 		{name: wayRaw, newClient: func() client { return rawClient{c} }},
+		{name: wayMinimal, server: minimal, noReplay: true, newClient: func() client { return newHTTPClient(minimal.addr, b.secret) }},
 	}
 	if containsString(b.cfg.Workloads, WorkloadReplay) {
 		return b.seedReplayKeys(ctx)

@@ -19,6 +19,9 @@ const (
 	targetPreloaded = 0.8
 	targetRSS       = 150 << 20
 	sqliteTarget    = 0.8
+	// targetMinimal: chargeonce's new charge at least as fast as the seed
+	// article's single-table design.
+	targetMinimal = 1.0
 )
 
 // find returns the result of way for workload at clients, or nil.
@@ -34,11 +37,17 @@ func (b *bench) find(workload string, clients int, way string) *result {
 // ratio returns chargeonce's throughput over bare-http's for workload at
 // clients, or NaN when either is missing.
 func (b *bench) ratio(workload string, clients int) float64 {
-	co, bare := b.find(workload, clients, wayChargeonce), b.find(workload, clients, wayBare)
-	if co == nil || bare == nil || bare.rps() == 0 {
+	return b.ratioTo(workload, clients, wayBare)
+}
+
+// ratioTo returns chargeonce's throughput over way's for workload at
+// clients, or NaN when either is missing.
+func (b *bench) ratioTo(workload string, clients int, way string) float64 {
+	co, floor := b.find(workload, clients, wayChargeonce), b.find(workload, clients, way)
+	if co == nil || floor == nil || floor.rps() == 0 {
 		return math.NaN()
 	}
-	return co.rps() / bare.rps()
+	return co.rps() / floor.rps()
 }
 
 // p99Ratio returns chargeonce's p99 over bare-http's, or NaN.
@@ -72,16 +81,21 @@ func (b *bench) report() {
 	fmt.Fprintf(w, "load average %s at start, %s at end; the run took %s\n\n", b.loadStart, b.loadEnd, time.Since(b.started).Round(time.Second))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tclients\tway\treq/s\tp50\tp99\terrors\treq/s vs bare\tp99 vs bare\t")
+	fmt.Fprintln(tw, "workload\tclients\tway\treq/s\tp50\tp99\terrors\treq/s vs bare\tp99 vs bare\treq/s vs minimal\t")
 	for _, r := range b.results {
-		vsRPS, vsP99 := "", ""
+		vsRPS, vsP99, vsMin := "", "", ""
 		if r.way == wayChargeonce {
 			vsRPS, vsP99 = fmtRatio(b.ratio(r.workload, r.clients)), fmtRatio(b.p99Ratio(r.workload, r.clients))
+			if r.workload != WorkloadReplay {
+				vsMin = fmtRatio(b.ratioTo(r.workload, r.clients, wayMinimal))
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%s\t%s\t%d\t%s\t%s\t\n",
-			r.workload, r.clients, r.way, r.rps(), fmtDur(r.percentile(50)), fmtDur(r.percentile(99)), r.errors, vsRPS, vsP99)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%s\t%s\t%d\t%s\t%s\t%s\t\n",
+			r.workload, r.clients, r.way, r.rps(), fmtDur(r.percentile(50)), fmtDur(r.percentile(99)), r.errors, vsRPS, vsP99, vsMin)
 	}
 	_ = tw.Flush()
+
+	b.reportCost(w)
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "peak RSS of the server processes (VmHWM), per concurrency:")
@@ -110,8 +124,9 @@ func (b *bench) report() {
 	fmt.Fprintln(w)
 	b.reportTargets(w)
 	rc := b.ratioClients()
-	fmt.Fprintf(w, "ratios: new=%s replay=%s contended=%s\n",
-		fmtRatio(b.ratio(WorkloadNew, rc)), fmtRatio(b.ratio(WorkloadReplay, rc)), fmtRatio(b.ratio(WorkloadContended, rc)))
+	fmt.Fprintf(w, "ratios: new=%s replay=%s contended=%s new_vs_minimal=%s contended_vs_minimal=%s\n",
+		fmtRatio(b.ratio(WorkloadNew, rc)), fmtRatio(b.ratio(WorkloadReplay, rc)), fmtRatio(b.ratio(WorkloadContended, rc)),
+		fmtRatio(b.ratioTo(WorkloadNew, rc, wayMinimal)), fmtRatio(b.ratioTo(WorkloadContended, rc, wayMinimal)))
 }
 
 func (p *preloadResult) ratio() float64 {
@@ -119,6 +134,41 @@ func (p *preloadResult) ratio() float64 {
 		return math.NaN()
 	}
 	return p.full.rps() / p.empty.rps()
+}
+
+// reportCost prints, per way, what one answered request of the writing
+// workloads cost: WAL bytes and writing transactions (commits) from the
+// database's own counters, and CPU of the PostgreSQL processes and of the
+// way's server process. CPU of PostgreSQL counts every process named
+// postgres on the machine, so it is only meaningful on an otherwise idle
+// database server.
+func (b *bench) reportCost(w io.Writer) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "cost per answered request (new and contended):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "way\tworkload\tclients\tWAL bytes\tcommits\tpostgres CPU\tserver CPU\t")
+	per := func(ok bool, n int64, reqs int64, format string) string {
+		if !ok || reqs == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf(format, float64(n)/float64(reqs))
+	}
+	cpu := func(ok bool, d time.Duration, reqs int64) string {
+		if !ok || reqs == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0fµs", float64(d.Microseconds())/float64(reqs))
+	}
+	for _, r := range b.results {
+		if r.workload == WorkloadReplay {
+			continue
+		}
+		c := r.cost
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", r.way, r.workload, r.clients,
+			per(c.pg, c.wal, r.requests, "%.0f"), per(c.pg, c.xid, r.requests, "%.2f"),
+			cpu(c.pgProcs, c.pgCPU, r.requests), cpu(c.server, c.serverCPU, r.requests))
+	}
+	_ = tw.Flush()
 }
 
 // reportTargets prints each of the targets, met or not.
@@ -149,6 +199,15 @@ func (b *bench) reportTargets(w io.Writer) {
 	line(fmt.Sprintf("new >= %.2f x bare-http", newT), r, r >= newT, fmtRatio(r), true)
 	r = b.ratio(WorkloadReplay, rc)
 	line(fmt.Sprintf("replay >= %.2f x bare-http", replayT), r, r >= replayT, fmtRatio(r), true)
+	for _, wl := range []string{WorkloadNew, WorkloadContended} {
+		for _, c := range b.cfg.Concurrency {
+			if c < RatioClients {
+				continue // the write-path target is at 16 and 64 clients
+			}
+			r := b.ratioTo(wl, c, wayMinimal)
+			line(fmt.Sprintf("%s at %d clients >= %.2f x minimal", wl, c, targetMinimal), r, r >= targetMinimal, fmtRatio(r), false)
+		}
+	}
 	for _, wl := range b.cfg.Workloads {
 		r := b.p99Ratio(wl, rc)
 		line(fmt.Sprintf("%s p99 <= %.1f x bare-http's", wl, targetP99), r, r <= targetP99, fmtRatio(r), false)
