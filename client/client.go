@@ -23,6 +23,11 @@
 //	422 idempotency-key-reused               no: KeyReusedError
 //	other 4xx (404 ...)                      no: APIError
 //
+// A 5xx never means that nothing was charged: the service's database may
+// have committed the intent while its acknowledgement was lost (503
+// unavailable). Only a retry with the same key can tell, so every 5xx is
+// retried with it; a caller that gives up must keep the key (see below).
+//
 // Waits between attempts use exponential backoff with full jitter
 // (a uniform random wait in [0, min(max, base·2ⁿ⁻¹)]) so that clients that
 // failed together do not retry together; a Retry-After from the service is
