@@ -18,7 +18,7 @@ const (
 	EKEYREUSED    = "idempotency-key-reused"
 	EDECLINED     = "card-declined"
 	ESTALE        = "stale-attempt"
-	EUNAVAILABLE  = "service-unavailable"
+	EUNAVAILABLE  = "unavailable"
 	EINTERNAL     = "internal-error"
 	EMETHOD       = "method-not-allowed"
 )

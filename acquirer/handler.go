@@ -38,7 +38,7 @@ type captureResponse struct {
 //
 // Errors are application/problem+json: 400 validation-failed (naming the
 // field) or invalid-idempotency-key, 404 not-found, 405, 413, and 503
-// service-unavailable for the fault tokens, whose outcome the client cannot
+// unavailable for the fault tokens, whose outcome the client cannot
 // know. Answers carry Cache-Control: no-store.
 func Handler(sim *Simulator) http.Handler {
 	h := &handler{sim: sim}

@@ -99,7 +99,7 @@ func TestHTTPFaultsAreErrors(t *testing.T) {
 			if !errors.As(err, &se) || se.StatusCode != http.StatusServiceUnavailable || !errors.Is(err, acquirer.ErrUnavailable) {
 				t.Fatalf("first Capture error = %v, want a 503 StatusError matching ErrUnavailable", err)
 			}
-			if !strings.HasSuffix(se.Problem.Type, "/service-unavailable") || !strings.Contains(se.Problem.Detail, token) {
+			if !strings.HasSuffix(se.Problem.Type, "/unavailable") || !strings.Contains(se.Problem.Detail, token) {
 				t.Fatalf("problem = %+v", se.Problem)
 			}
 			_, capturedFirst := sim.Get(ref)
@@ -205,7 +205,7 @@ func TestHTTPWire(t *testing.T) {
 		{"quoted header", "POST", "/v1/captures", `"ch_w"`, body, 200, `"status":"captured"`},
 		{"body only", "POST", "/v1/captures", "", body, 200, `"reference":"ch_w"`},
 		{"declined", "POST", "/v1/captures", "ch_d", strings.ReplaceAll(strings.ReplaceAll(body, "tok_ok", "tok_declined"), "ch_w", "ch_d"), 200, `"decline_code":"insufficient_funds"`},
-		{"fault", "POST", "/v1/captures", "ch_f", strings.ReplaceAll(strings.ReplaceAll(body, "tok_ok", "tok_fail_before"), "ch_w", "ch_f"), 503, `/service-unavailable"`},
+		{"fault", "POST", "/v1/captures", "ch_f", strings.ReplaceAll(strings.ReplaceAll(body, "tok_ok", "tok_fail_before"), "ch_w", "ch_f"), 503, `/unavailable"`},
 		{"mismatch", "POST", "/v1/captures", "ch_other", body, 400, `"field":"reference"`},
 		{"no reference", "POST", "/v1/captures", "", noRef, 400, `"field":"reference"`},
 		{"bad header", "POST", "/v1/captures", `"unterminated`, body, 400, `/invalid-idempotency-key"`},

@@ -229,6 +229,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	b.stopChildren()
+	if !b.postgres && slices.Contains(cfg.Workloads, WorkloadNew) {
+		if err := b.measureSync(ctx); err != nil {
+			return err
+		}
+	}
 	if cfg.Preload > 0 && slices.Contains(cfg.Workloads, WorkloadNew) {
 		if err := b.measurePreloaded(ctx); err != nil {
 			return err
@@ -263,6 +268,7 @@ type bench struct {
 	results   []*result
 	rss       []rssRow
 	preloaded *preloadResult
+	sync      *syncResult // SQLite: synchronous=FULL against NORMAL
 	checks    []string
 
 	loadStart, loadEnd string

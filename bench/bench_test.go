@@ -216,6 +216,11 @@ func TestRunSQLite(t *testing.T) {
 		t.Fatalf("Run: %v\n%s", err, log.String())
 	}
 	checkOutput(t, out.String(), log.String())
+	// The write cost of synchronous=FULL, which the store runs, against
+	// NORMAL, measured in the same run.
+	if !regexp.MustCompile(`sqlite-sync: .* synchronous=FULL [1-9][0-9]*/s, NORMAL [1-9][0-9]*/s: FULL/NORMAL=[0-9.]+`).MatchString(out.String()) {
+		t.Errorf("the report lacks the sqlite-sync comparison\n%s", out.String())
+	}
 	matches, _ := filepath.Glob(path + "*")
 	if len(matches) != 0 {
 		t.Errorf("the run left %v behind", matches)

@@ -115,6 +115,7 @@ func (b *bench) report() {
 			p.empty.clients, p.keys, p.took.Round(time.Second/10), p.full.rps(), fmtDur(p.full.percentile(99)),
 			p.empty.rps(), fmtDur(p.empty.percentile(99)), fmtRatio(p.ratio()))
 	}
+	b.reportSync(w)
 	if len(b.checks) > 0 {
 		fmt.Fprintln(w)
 		for _, c := range b.checks {

@@ -57,12 +57,13 @@ type Charge struct {
 	CreatedAt   time.Time `json:"created_at"`
 
 	// Replayed is true when the service answered with the response it had
-	// stored for this key (the Idempotent-Replayed: true header): the charge
-	// was made by an earlier attempt or an earlier call, and this answer
-	// moved no money. Code that fulfils orders, sends receipts or counts
-	// revenue on every successful answer must look at it: treating a replay
-	// as a new payment is the classic idempotency bug (double shipping,
-	// double crediting), from the other side of the wire.
+	// stored for this key (the Idempotent-Replayed: true header): the
+	// service finished this intent before this attempt. That is often an
+	// earlier attempt of the same call whose answer was lost, so a replay
+	// may be the only success the caller ever sees: it is no reason to
+	// withhold the order. Fulfil once per intent, keyed by the intent (the
+	// order or the stored idempotency key), whatever this flag says; it is
+	// for logs and metrics, not for deciding whether to ship.
 	Replayed bool `json:"-"`
 	// Attempts is how many HTTP requests the call made to get this answer.
 	Attempts int `json:"-"`

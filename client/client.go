@@ -23,20 +23,47 @@
 //	422 idempotency-key-reused               no: KeyReusedError
 //	other 4xx (404 ...)                      no: APIError
 //
+// A 5xx never means that nothing was charged: the service's database may
+// have committed the intent while its acknowledgement was lost (503
+// unavailable). Only a retry with the same key can tell, so every 5xx is
+// retried with it; a caller that gives up must keep the key (see below).
+//
 // Waits between attempts use exponential backoff with full jitter
 // (a uniform random wait in [0, min(max, base·2ⁿ⁻¹)]) so that clients that
 // failed together do not retry together; a Retry-After from the service is
-// a floor under that wait. The context's deadline and WithMaxAttempts bound
-// the whole call: when the next attempt could only start after the deadline,
-// the call gives up at once rather than sleep into a certain failure.
+// a floor under that wait. A retry horizon (WithRetryFor, DefaultRetryFor:
+// one minute), the context's deadline and, when set, WithMaxAttempts bound
+// the whole call: when the next attempt could only start after the horizon
+// or the deadline, the call gives up at once rather than sleep into a
+// certain failure.
+//
+// The default horizon outlasts the service's defaults: when the instance
+// that held an intent crashes, the retries answer 409 until that attempt's
+// lease (30s) ends, and then one of them finishes the charge, which can
+// take the acquirer timeout (2s) more. A client that gave up sooner would
+// leave every caller of a crashed instance without an answer.
+//
+// # Giving up, and resuming
+//
+// When no final answer came in time the call returns a *GaveUpError: the
+// outcome is unknown (the charge may have been made). Its Key is the
+// intent's idempotency key, also when CreateCharge made it: keep it, and
+// call CreateCharge again later with ChargeRequest.IdempotencyKey set to it
+// (and the same request) to learn the outcome. A new key is a new payment.
 //
 // # Replays
 //
 // A successful answer may be a replay: the stored response of an earlier
 // attempt (Charge.Replayed, from the Idempotent-Replayed: true header).
-// That is how a retry learns that its first attempt succeeded, and it is
-// also why a caller must not act on every success as if money had just
-// moved: fulfil the order once per intent, not once per answer.
+// The flag says when the service decided, not whether this caller already
+// knows: when the first attempt of a call succeeded but its answer was lost
+// (a timeout, a dropped connection), the retry gets a replay, and that
+// replay is the only success the caller ever sees. So Replayed is no reason
+// to withhold an order. Fulfil once per intent, keyed by the intent (the
+// order, or the idempotency key stored with it), whatever the flag says:
+// fulfilment must itself be idempotent, because the same intent can also
+// succeed in two calls (a process that crashed after the charge and
+// resumed with the same key).
 package client
 
 import (
@@ -58,10 +85,16 @@ import (
 
 // Defaults of the options.
 const (
-	// DefaultMaxAttempts bounds the attempts of one call. With the default
-	// backoff the waits between eight attempts add up to at most about 16s
-	// (8s on average), enough to ride out a restart of the service.
-	DefaultMaxAttempts = 8
+	// DefaultRetryFor bounds how long one call keeps trying. It is longer
+	// than the service's default lease (30s) plus its acquirer timeout
+	// (2s): a call whose attempt was held by an instance that crashed keeps
+	// retrying until the lease ends and a retry finishes the charge, with
+	// room to spare for a database failover.
+	DefaultRetryFor = 60 * time.Second
+	// DefaultMaxAttempts is 0: the number of attempts is not bounded by
+	// default, DefaultRetryFor is. A count is a poor bound: how long it
+	// lasts depends on the backoff and on every Retry-After.
+	DefaultMaxAttempts = 0
 	// DefaultAttemptTimeout bounds one attempt. The service answers within
 	// its acquirer timeout (2s by default) plus a few database writes; an
 	// attempt that takes much longer is stuck on the network, and a retry on
@@ -87,7 +120,8 @@ type Client struct {
 	configErr      error // a bad base URL or API key, reported by every call
 	apiKey         string
 	hc             *http.Client
-	maxAttempts    int
+	maxAttempts    int // 0: no bound
+	retryFor       time.Duration
 	attemptTimeout time.Duration
 	backoffBase    time.Duration
 	backoffMax     time.Duration
@@ -108,10 +142,21 @@ func WithHTTPClient(hc *http.Client) Option {
 	}
 }
 
-// WithMaxAttempts bounds the HTTP requests of one call, the first included
-// (default DefaultMaxAttempts). Values below 1 mean 1: no retries.
+// WithMaxAttempts bounds the HTTP requests of one call, the first included.
+// Zero or less means no bound (the default, DefaultMaxAttempts): the retry
+// horizon (WithRetryFor) and the context bound the call. 1 means no retries.
 func WithMaxAttempts(n int) Option {
-	return func(c *Client) { c.maxAttempts = max(n, 1) }
+	return func(c *Client) { c.maxAttempts = max(n, 0) }
+}
+
+// WithRetryFor sets how long one call keeps trying (default
+// DefaultRetryFor): no attempt starts later than d after the call began.
+// Zero or less leaves the call bounded only by the context and
+// WithMaxAttempts. Keep it longer than the service's lease plus its
+// acquirer timeout, or a caller whose attempt was held by a crashed
+// instance gives up before the charge can be finished.
+func WithRetryFor(d time.Duration) Option {
+	return func(c *Client) { c.retryFor = max(d, 0) }
 }
 
 // WithAttemptTimeout bounds each attempt (default DefaultAttemptTimeout);
@@ -164,6 +209,7 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 		base:           strings.TrimRight(baseURL, "/"),
 		apiKey:         apiKey,
 		maxAttempts:    DefaultMaxAttempts,
+		retryFor:       DefaultRetryFor,
 		attemptTimeout: DefaultAttemptTimeout,
 		backoffBase:    DefaultBackoffBase,
 		backoffMax:     DefaultBackoffMax,
@@ -197,12 +243,14 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // CreateCharge charges once for the intent req describes, retrying as the
 // package documentation says until it has a final answer.
 //
-// It returns the captured charge (check Replayed before acting on it as a
-// new payment), or an error: *DeclinedError, *KeyReusedError,
-// *ValidationError, *UnauthorizedError, *APIError, or *GaveUpError when no
-// final answer came in time, in which case the outcome is unknown and
-// calling again with the same IdempotencyKey learns it. Attempts(err) says
-// how many requests were made.
+// It returns the captured charge, or an error: *DeclinedError,
+// *KeyReusedError, *ValidationError, *UnauthorizedError, *APIError, or
+// *GaveUpError when no final answer came in time, in which case the outcome
+// is unknown and calling again with the error's Key as IdempotencyKey
+// learns it. Attempts(err) says how many requests were made.
+//
+// A captured charge means the intent is paid, whether or not Replayed is
+// set: fulfil it once per intent (see the package documentation).
 func (c *Client) CreateCharge(ctx context.Context, req ChargeRequest) (*Charge, error) {
 	key := req.IdempotencyKey
 	if key == "" {
@@ -293,12 +341,16 @@ type exchange struct {
 // run sends cl until an answer is final, and returns that answer with the
 // number of attempts made. Answers that are worth retrying, and transport
 // errors, are retried within the context and the attempt budget; running
-// out of either is a *GaveUpError.
+// out of either, or of the retry horizon, is a *GaveUpError.
 func (c *Client) run(ctx context.Context, cl call) (*exchange, int, error) {
 	if c.configErr != nil {
 		return nil, 0, &finalError{c.configErr, 0}
 	}
 	var last error
+	var horizon time.Time
+	if c.retryFor > 0 {
+		horizon = time.Now().Add(c.retryFor)
+	}
 	for n := 1; ; n++ {
 		start := time.Now()
 		ex, err := c.attempt(ctx, cl)
@@ -329,7 +381,7 @@ func (c *Client) run(ctx context.Context, cl call) (*exchange, int, error) {
 			retryAfter = ex.retryAfter
 		}
 
-		if n >= c.maxAttempts {
+		if c.maxAttempts > 0 && n >= c.maxAttempts {
 			c.notify(info)
 			return nil, n, &GaveUpError{Method: cl.method, Path: cl.path, Key: cl.key, Reason: ErrAttemptsExhausted, Last: last, attempts: n}
 		}
@@ -339,6 +391,10 @@ func (c *Client) run(ctx context.Context, cl call) (*exchange, int, error) {
 			// for certain failure would only delay the caller.
 			c.notify(info)
 			return nil, n, &GaveUpError{Method: cl.method, Path: cl.path, Key: cl.key, Reason: context.DeadlineExceeded, Last: last, attempts: n}
+		}
+		if !horizon.IsZero() && time.Now().Add(wait).After(horizon) {
+			c.notify(info)
+			return nil, n, &GaveUpError{Method: cl.method, Path: cl.path, Key: cl.key, Reason: ErrRetryWindowExhausted, Last: last, attempts: n}
 		}
 		info.Wait = wait
 		c.notify(info)

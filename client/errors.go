@@ -13,6 +13,10 @@ import (
 // as many attempts as WithMaxAttempts allows.
 var ErrAttemptsExhausted = errors.New("maximum number of attempts reached")
 
+// ErrRetryWindowExhausted is the reason of a GaveUpError when the next
+// attempt could only start after the retry horizon (WithRetryFor).
+var ErrRetryWindowExhausted = errors.New("retry horizon reached")
+
 // ErrAttemptTimeout is the error of an attempt that got no answer within the
 // per-attempt timeout (WithAttemptTimeout). Such an attempt is retried: the
 // service may have done the work, and the retry's replay says so.
@@ -150,9 +154,11 @@ func (e *ProcessingError) Attempts() int { return e.attempts }
 
 // GaveUpError is returned when the client stopped retrying before it got a
 // final answer: the context ended (or its deadline would pass before the
-// next attempt could start), or the attempts ran out. For CreateCharge the
-// outcome is then unknown — the charge may have been made — and the way to
-// learn it is to call again with the same Key.
+// next attempt could start), the retry horizon passed, or the attempts ran
+// out. For CreateCharge the outcome is then unknown — the charge may have
+// been made — and the way to learn it is to call again later with
+// ChargeRequest.IdempotencyKey set to Key and the same request: Key is the
+// intent's key also when CreateCharge made it up. Keep it with the order.
 //
 // errors.Is(err, context.DeadlineExceeded) (or context.Canceled, or
 // ErrAttemptsExhausted) matches Reason, and errors.As finds the last
@@ -161,9 +167,9 @@ func (e *ProcessingError) Attempts() int { return e.attempts }
 type GaveUpError struct {
 	// Method and Path name the call.
 	Method, Path string
-	// Key is the idempotency key of a CreateCharge call.
+	// Key is the idempotency key of a CreateCharge call: resume with it.
 	Key string
-	// Reason is ctx.Err() or ErrAttemptsExhausted.
+	// Reason is ctx.Err(), ErrRetryWindowExhausted or ErrAttemptsExhausted.
 	Reason error
 	// Last is the error of the last attempt that finished; nil when the
 	// context ended during the first.

@@ -113,9 +113,9 @@ func (e *Engine) Options() Options { return e.opts }
 
 // Charge runs one attempt of an intent identified by (merchant, key). req
 // must already be normalised. It returns the response to send, or an error
-// whose code says why there is none: EINPROGRESS (409), EKEYREUSED (422), or
-// an internal error (5xx; nothing was charged and the key was released or
-// never written).
+// whose code says why there is none: EINPROGRESS (409), EKEYREUSED (422),
+// EUNAVAILABLE (503: the database failed; the record may exist, so the
+// client retries with the same key), or an internal error (500).
 func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest) (Response, error) {
 	select {
 	case e.slots <- struct{}{}:
@@ -152,9 +152,13 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	if err != nil {
 		// The insert may have committed even though we saw an error (a
 		// connection lost on COMMIT). Release what our token may own, so a
-		// retry starts afresh instead of waiting out a lease.
+		// retry starts afresh instead of waiting out a lease. The release
+		// can fail too, leaving a committed record that recovery will
+		// drive: so the answer never says "nothing happened" (a 500) but
+		// that the outcome is unknown and the same key must be retried.
 		e.release(ctx, merchantID, key, token)
-		return Response{}, fmt.Errorf("beginning charge: %w", err)
+		return Response{}, fmt.Errorf("%w: beginning charge: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE,
+			"the outcome is unknown; retry with the same Idempotency-Key"), err)
 	}
 	if inserted {
 		// The record is committed: from here on, whatever happens to this

@@ -185,7 +185,7 @@ func TestReadyzFailsWhenTheDatabaseIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantProblemNamed(t, "readyz", r, 503, "service-unavailable")
+	wantProblemNamed(t, "readyz", r, 503, "unavailable")
 }
 
 // failingInsertStore commits the insert but reports an error, as when the
@@ -202,8 +202,10 @@ func (s failingInsertStore) KeyInsert(ctx context.Context, p chargeonce.KeyInser
 	return chargeonce.KeyRecord{}, false, fmt.Errorf("connection lost while committing")
 }
 
-// TestInternalErrorBeforeAcquirerReleasesKey: a 5xx before the acquirer was
-// called leaves no record behind, so the retry starts afresh and charges.
+// TestInternalErrorBeforeAcquirerReleasesKey: a failed insert answers 503
+// unavailable with Retry-After (it may have committed: the outcome is
+// unknown), and when the release gets through it leaves no record behind,
+// so the retry with the same key starts afresh and charges.
 func TestInternalErrorBeforeAcquirerReleasesKey(t *testing.T) {
 	t.Parallel()
 	store := apitest.Store(t, "postgres")
@@ -212,7 +214,10 @@ func TestInternalErrorBeforeAcquirerReleasesKey(t *testing.T) {
 	healthy := apitest.Start(t, store, sim, engine.Options{})
 	order := orderSeq.Add(1)
 	r := apitest.Charge(t, broken.URL, "key-500", chargeBody(order, "tok_ok"))
-	p := wantProblem(t, r, 500, "internal-error")
+	p := wantProblem(t, r, 503, "unavailable")
+	if r.Header.Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
 	if strings.Contains(p.Detail, "connection lost") {
 		t.Fatalf("internal error text leaked to the client: %q", p.Detail)
 	}

@@ -31,8 +31,10 @@ var problems = map[string]problemInfo{
 	chargeonce.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
 }
 
-// retryAfterSeconds is sent with 409: the attempt holding the key normally
-// finishes within the acquirer timeout, so a prompt retry usually replays.
+// retryAfterSeconds is sent with 409 and with every 503: the attempt holding
+// the key normally finishes within the acquirer timeout, so a prompt retry
+// usually replays; a database outage or a failover lasts seconds, and
+// clients back off further on their own.
 const retryAfterSeconds = "1"
 
 // problemFor returns err's code and how it is shown; codes without an entry
@@ -73,7 +75,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
-	if code == chargeonce.EINPROGRESS {
+	if code == chargeonce.EINPROGRESS || status == http.StatusServiceUnavailable {
 		h.Set("Retry-After", retryAfterSeconds)
 	}
 	if code == chargeonce.EUNAUTHORIZED {

@@ -13,7 +13,9 @@
 //
 // Driver errors are translated here: pgx.ErrNoRows becomes a
 // chargeonce.ENOTFOUND error, a lost compare-and-set on a token becomes
-// chargeonce.ESTALE, and everything else is wrapped with what failed.
+// chargeonce.ESTALE, a database that cannot be reached (or is shutting
+// down, overloaded, or a read-only standby) becomes chargeonce.EUNAVAILABLE
+// (errors.go), and everything is wrapped with what failed.
 //
 // The schema lives in migrations/ (embedded) and is applied by Migrate. All
 // objects are created and queried unqualified, so the store works in
@@ -114,7 +116,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Ping reports whether the database is reachable.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("pinging PostgreSQL: %w", err)
+		return fmt.Errorf("pinging PostgreSQL: %w", translate(err))
 	}
 	return nil
 }
@@ -265,7 +267,7 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 			}
 		}
 		if err != nil {
-			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: %w", err)
+			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: %w", translate(err))
 		}
 		if inserted {
 			return rec, true, nil
@@ -275,7 +277,7 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 				DELETE FROM idempotency_keys
 				WHERE merchant_id = $1 AND key = $2 AND state = 'completed' AND expires_at <= now()`,
 				ch.MerchantID, ch.IdempotencyKey); err != nil {
-				return chargeonce.KeyRecord{}, false, fmt.Errorf("deleting expired idempotency key: %w", err)
+				return chargeonce.KeyRecord{}, false, fmt.Errorf("deleting expired idempotency key: %w", translate(err))
 			}
 			continue
 		}
@@ -292,7 +294,7 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "idempotency key %q not found", key)
 	}
 	if err != nil {
-		return chargeonce.KeyRecord{}, fmt.Errorf("reading idempotency key: %w", err)
+		return chargeonce.KeyRecord{}, fmt.Errorf("reading idempotency key: %w", translate(err))
 	}
 	return rec, nil
 }
@@ -308,7 +310,7 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.ChargeStatus), p.DeclineCode,
 	).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("completing idempotency key: %w", err)
+		return fmt.Errorf("completing idempotency key: %w", translate(err))
 	}
 	if n == 0 {
 		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", p.Key)
@@ -333,7 +335,7 @@ WITH k AS (
 )
 SELECT count(*) FROM k`, merchantID, key, token).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("releasing idempotency key: %w", err)
+		return fmt.Errorf("releasing idempotency key: %w", translate(err))
 	}
 	if n == 0 {
 		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", key)
@@ -353,7 +355,7 @@ SET lease_until = now() + $4::interval,
 WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'`,
 		merchantID, key, token, d, recoveryAttempt)
 	if err != nil {
-		return fmt.Errorf("setting idempotency key lease: %w", err)
+		return fmt.Errorf("setting idempotency key lease: %w", translate(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", key)
@@ -383,7 +385,7 @@ FROM k JOIN charges c ON c.id = k.charge_id`, merchantID, key, newToken, lease))
 		return rec, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return chargeonce.KeyRecord{}, false, fmt.Errorf("claiming idempotency key: %w", err)
+		return chargeonce.KeyRecord{}, false, fmt.Errorf("claiming idempotency key: %w", translate(err))
 	}
 	rec, err = s.KeyGet(ctx, merchantID, key)
 	if err != nil {
@@ -423,19 +425,19 @@ SELECT `+recordColumns+`
 FROM k JOIN charges c ON c.id = k.charge_id
 ORDER BY k.created_at, k.merchant_id, k.key`, lease, limit)
 	if err != nil {
-		return nil, fmt.Errorf("claiming expired idempotency keys: %w", err)
+		return nil, fmt.Errorf("claiming expired idempotency keys: %w", translate(err))
 	}
 	defer rows.Close()
 	var recs []chargeonce.KeyRecord
 	for rows.Next() {
 		rec, _, err := scanRecord(rows)
 		if err != nil {
-			return nil, fmt.Errorf("claiming expired idempotency keys: %w", err)
+			return nil, fmt.Errorf("claiming expired idempotency keys: %w", translate(err))
 		}
 		recs = append(recs, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claiming expired idempotency keys: %w", err)
+		return nil, fmt.Errorf("claiming expired idempotency keys: %w", translate(err))
 	}
 	return recs, nil
 }
@@ -463,7 +465,7 @@ USING (
 ) due
 WHERE k.merchant_id = due.merchant_id AND k.key = due.key`, limit)
 	if err != nil {
-		return 0, fmt.Errorf("deleting expired idempotency keys: %w", err)
+		return 0, fmt.Errorf("deleting expired idempotency keys: %w", translate(err))
 	}
 	return int(tag.RowsAffected()), nil
 }
@@ -486,7 +488,7 @@ SELECT count(*), COALESCE(now() - min(created_at), interval '0')
 FROM idempotency_keys
 WHERE state = 'processing' AND (lease_until <= now() OR recovery_attempts > 0)`).Scan(&st.Count, &st.OldestAge)
 	if err != nil {
-		return chargeonce.StuckStats{}, fmt.Errorf("counting stuck idempotency keys: %w", err)
+		return chargeonce.StuckStats{}, fmt.Errorf("counting stuck idempotency keys: %w", translate(err))
 	}
 	return st, nil
 }
@@ -523,7 +525,7 @@ func (s *Store) ChargeGet(ctx context.Context, merchantID, id string) (chargeonc
 		return chargeonce.Charge{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
 	if err != nil {
-		return chargeonce.Charge{}, fmt.Errorf("reading charge: %w", err)
+		return chargeonce.Charge{}, fmt.Errorf("reading charge: %w", translate(err))
 	}
 	return c, nil
 }
@@ -537,19 +539,19 @@ SELECT `+chargeColumns+` FROM charges
 WHERE merchant_id = $1 AND order_id = $2
 ORDER BY created_at DESC, id DESC`, merchantID, orderID)
 	if err != nil {
-		return nil, fmt.Errorf("listing charges by order: %w", err)
+		return nil, fmt.Errorf("listing charges by order: %w", translate(err))
 	}
 	defer rows.Close()
 	charges := []chargeonce.Charge{}
 	for rows.Next() {
 		c, err := scanCharge(rows)
 		if err != nil {
-			return nil, fmt.Errorf("listing charges by order: %w", err)
+			return nil, fmt.Errorf("listing charges by order: %w", translate(err))
 		}
 		charges = append(charges, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing charges by order: %w", err)
+		return nil, fmt.Errorf("listing charges by order: %w", translate(err))
 	}
 	return charges, nil
 }

@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// The DSN pragmas reach both pools: WAL, synchronous=NORMAL, foreign keys and
-// the busy timeout on the writer; read-only connections in the read pool.
+// The DSN pragmas reach both pools: WAL, synchronous=FULL (a committed record
+// must survive power loss), foreign keys and the busy timeout on the writer;
+// read-only connections in the read pool.
 func TestOpenPragmas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -20,7 +21,7 @@ func TestOpenPragmas(t *testing.T) {
 
 	for _, c := range []struct{ pragma, want string }{
 		{"journal_mode", "wal"},
-		{"synchronous", "1"},
+		{"synchronous", "2"}, // FULL; NORMAL (1) may lose commits on power loss
 		{"foreign_keys", "1"},
 		{"busy_timeout", "5000"},
 		{"query_only", "0"},

@@ -18,7 +18,7 @@ const (
 	DefaultAPIKey        = "sk_test_demo"
 	DefaultToken         = "tok_ok"
 	DefaultCurrency      = "BRL"
-	DefaultChargeTimeout = 30 * time.Second
+	DefaultChargeTimeout = client.DefaultRetryFor
 )
 
 // chargeConfig is everything `charge` is configured with.
@@ -46,7 +46,7 @@ func runCharge(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&c.descr, "description", "", "optional description, at most 500 characters")
 	fs.DurationVar(&c.timeout, "timeout", DefaultChargeTimeout, "how long to keep trying, all attempts included")
 	fs.DurationVar(&c.attemptTimeout, "attempt-timeout", client.DefaultAttemptTimeout, "how long one attempt may take before it is retried")
-	fs.IntVar(&c.maxAttempts, "max-attempts", client.DefaultMaxAttempts, "the most attempts to make")
+	fs.IntVar(&c.maxAttempts, "max-attempts", client.DefaultMaxAttempts, "the most attempts to make (0: no bound; --timeout bounds the call)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -59,8 +59,8 @@ func runCharge(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("--timeout must be positive; got %s", c.timeout)
 	case c.attemptTimeout <= 0:
 		return fmt.Errorf("--attempt-timeout must be positive; got %s", c.attemptTimeout)
-	case c.maxAttempts < 1:
-		return fmt.Errorf("--max-attempts must be at least 1; got %d", c.maxAttempts)
+	case c.maxAttempts < 0:
+		return fmt.Errorf("--max-attempts must not be negative; got %d", c.maxAttempts)
 	}
 
 	// The key is made here rather than inside the client so that it is on

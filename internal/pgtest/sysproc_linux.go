@@ -13,3 +13,6 @@ func sysProcAttr(own *owner) *syscall.SysProcAttr {
 	}
 	return a
 }
+
+// quitSignal asks PostgreSQL for an immediate shutdown.
+var quitSignal = syscall.SIGQUIT

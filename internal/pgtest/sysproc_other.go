@@ -2,7 +2,10 @@
 
 package pgtest
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // sysProcAttr runs a PostgreSQL program as the current user. Only Linux gets
 // the switch to another user and the parent-death signal; elsewhere, run the
@@ -10,3 +13,6 @@ import "syscall"
 func sysProcAttr(own *owner) *syscall.SysProcAttr {
 	return nil
 }
+
+// quitSignal stops a server where SIGQUIT does not exist: killed outright.
+var quitSignal = os.Kill

@@ -1,0 +1,61 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// translate maps a driver error that means "the database cannot do this
+// now" to a chargeonce.EUNAVAILABLE error, keeping err in the chain for the
+// logs; any other error is returned as it is.
+//
+// Unavailable is not the same as "nothing happened": a connection lost
+// while a statement ran, or on its COMMIT, leaves the statement's outcome
+// unknown (it may have committed), so the client is told to retry with the
+// same Idempotency-Key, which finds whatever did happen. A real 500 is left
+// for bugs.
+func translate(err error) error {
+	if err == nil || !unavailable(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE,
+		"the database is unreachable; the outcome is unknown: retry with the same Idempotency-Key"), err)
+}
+
+// unavailable reports whether err says the database is unreachable, going
+// away, overloaded or read-only (a standby, before or during a failover),
+// rather than that the statement itself is wrong.
+func unavailable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch code := pgErr.Code; {
+		case strings.HasPrefix(code, "08"), // connection exception
+			strings.HasPrefix(code, "53"),                     // insufficient resources (too many connections, disk full)
+			code == "57P01", code == "57P02", code == "57P03", // admin/crash shutdown, cannot connect now
+			code == "25006",                  // read-only transaction: connected to a standby
+			code == "40001", code == "40P01": // serialization failure, deadlock: retry
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case pgconn.SafeToRetry(err), pgconn.Timeout(err),
+		errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	return false
+}

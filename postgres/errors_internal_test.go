@@ -1,0 +1,90 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// Errors that mean "the database cannot do this now" become EUNAVAILABLE
+// (503, retry with the same key) with the driver's error kept in the chain;
+// errors that mean the statement itself is wrong stay internal (500).
+func TestTranslate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, chargeonce.EUNAVAILABLE},
+		{"crash shutdown", &pgconn.PgError{Code: "57P02"}, chargeonce.EUNAVAILABLE},
+		{"cannot connect now", &pgconn.PgError{Code: "57P03"}, chargeonce.EUNAVAILABLE},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, chargeonce.EUNAVAILABLE},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, chargeonce.EUNAVAILABLE},
+		{"read-only standby", &pgconn.PgError{Code: "25006"}, chargeonce.EUNAVAILABLE},
+		{"unexpected EOF", fmt.Errorf("failed to receive message: %w", io.ErrUnexpectedEOF), chargeonce.EUNAVAILABLE},
+		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, chargeonce.EUNAVAILABLE},
+		{"reset", fmt.Errorf("write: %w", syscall.ECONNRESET), chargeonce.EUNAVAILABLE},
+		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), chargeonce.EUNAVAILABLE},
+		{"syntax error", &pgconn.PgError{Code: "42601"}, chargeonce.EINTERNAL},
+		{"unique violation", &pgconn.PgError{Code: "23505"}, chargeonce.EINTERNAL},
+		{"no rows", pgx.ErrNoRows, chargeonce.EINTERNAL},
+		{"plain", errors.New("scan: wrong type"), chargeonce.EINTERNAL},
+	} {
+		got := translate(c.err)
+		if code := chargeonce.ErrorCode(got); code != c.want {
+			t.Errorf("%s: code %s, want %s", c.name, code, c.want)
+		}
+		if !errors.Is(got, c.err) {
+			t.Errorf("%s: the driver's error is no longer in the chain: %v", c.name, got)
+		}
+	}
+	if translate(nil) != nil {
+		t.Error("translate(nil) != nil")
+	}
+}
+
+// A store whose database is gone answers EUNAVAILABLE on every method, not
+// an internal error.
+func TestStoreUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	cfg := "postgres://postgres@" + addr + "/x?sslmode=disable&connect_timeout=2"
+	pcfg, err := pgxpoolParse(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{pool: pcfg}
+	defer s.Close()
+	if _, err := s.KeyGet(ctx, "m", "k"); chargeonce.ErrorCode(err) != chargeonce.EUNAVAILABLE {
+		t.Errorf("KeyGet on a dead server: %v (code %s); want unavailable", err, chargeonce.ErrorCode(err))
+	}
+	if _, err := s.KeysStuck(ctx); chargeonce.ErrorCode(err) != chargeonce.EUNAVAILABLE {
+		t.Errorf("KeysStuck on a dead server: %v; want unavailable", err)
+	}
+}
+
+// pgxpoolParse opens a pool lazily (no connection is made until used).
+func pgxpoolParse(connString string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.NewWithConfig(context.Background(), cfg)
+}
