@@ -122,6 +122,9 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 	if resp.Replayed {
 		h.Set("Idempotent-Replayed", "true")
 	}
+	if resp.RetryAfter > 0 {
+		h.Set("Retry-After", retryAfterHeader(resp.RetryAfter))
+	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
 }
