@@ -33,12 +33,13 @@ const (
 	DefaultMaxInFlight = 64
 	// DefaultAdmissionWait bounds how long a new attempt waits for one of
 	// the MaxInFlight slots before it is shed (503 overloaded). Measured
-	// (TestAdmissionWaitSizing, see the README's "Overload"): a burst of
-	// twice MaxInFlight new charges at an acquirer answering in 200 ms
-	// waits at most about 230 ms for a slot, so 500 ms absorbs such bursts
-	// with room to spare, while under a stalled acquirer (3 s) a client
-	// learns within half a second to come back later instead of holding
-	// its connection for seconds.
+	// (httpapi's TestAdmissionWaitSizing, numbers in the README's
+	// "Overload"): a burst of twice MaxInFlight new charges at once, with
+	// the acquirer answering in 50-200 ms, waits at most about 215 ms for
+	// a slot, so 500 ms absorbs such bursts with room to spare; when the
+	// acquirer stalls (1 s and more), the excess is told within half a
+	// second to come back later instead of holding its connection, and a
+	// client's timeout, for seconds.
 	DefaultAdmissionWait = 500 * time.Millisecond
 	// DefaultBackoffBase and DefaultBackoffMax shape the back-off of a
 	// record whose acquirer outcome stays unknown (see Backoff); recovery

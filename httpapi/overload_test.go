@@ -374,3 +374,85 @@ func TestRetryAfterFromRemainingLease(t *testing.T) {
 		})
 	}
 }
+
+// admissionLog records every admission wait the engine reports.
+type admissionLog struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (a *admissionLog) AcquirerCall(time.Duration, error) {}
+
+func (a *admissionLog) Admission(wait time.Duration, admitted bool) {
+	a.mu.Lock()
+	a.waits = append(a.waits, wait)
+	a.mu.Unlock()
+}
+
+func (a *admissionLog) take() []time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.waits
+	a.waits = nil
+	return w
+}
+
+// TestAdmissionWaitSizing measures what DefaultAdmissionWait is sized from:
+// how long new charges wait for one of the default 64 acquirer slots when a
+// burst of them arrives at once, at several acquirer latencies. Nothing is
+// shed here (the wait is unbounded for the measurement); it prints the
+// waits and how many attempts each candidate bound would have shed.
+func TestAdmissionWaitSizing(t *testing.T) {
+	t.Parallel()
+	store := apitest.Store(t, "postgres")
+	for _, run := range []struct {
+		latency time.Duration
+		burst   int
+	}{
+		{50 * time.Millisecond, 128},
+		{200 * time.Millisecond, 96},
+		{200 * time.Millisecond, 128},
+		{time.Second, 128},
+	} {
+		sim := apitest.Simulator(t, acquirer.Options{Latency: run.latency})
+		log := &admissionLog{}
+		inst := apitest.Start(t, store, sim, engine.Options{AdmissionWait: time.Minute, AcquirerTimeout: 10 * time.Second, Observer: log})
+		go0 := make(chan struct{})
+		var wg sync.WaitGroup
+		var bad atomic.Int32
+		base := orderSeq.Add(int64(run.burst))
+		for i := range run.burst {
+			wg.Go(func() {
+				<-go0
+				r, err := apitest.Do(t, nil, "POST", inst.URL+"/v1/charges", []byte(chargeBody(base+int64(i), "tok_ok")),
+					map[string]string{"Idempotency-Key": fmt.Sprintf("sizing-%d-%d", base, i)})
+				if err != nil || r.Status != 201 {
+					bad.Add(1)
+					t.Errorf("burst charge %d: %v %d %s", i, err, r.Status, r.Body)
+				}
+			})
+		}
+		t0 := time.Now()
+		close(go0)
+		wg.Wait()
+		took := time.Since(t0)
+		waits := log.take()
+		if len(waits) != run.burst || bad.Load() != 0 {
+			t.Fatalf("%d admissions for a burst of %d (%d failed)", len(waits), run.burst, bad.Load())
+		}
+		shed := func(bound time.Duration) int {
+			n := 0
+			for _, w := range waits {
+				if w > bound {
+					n++
+				}
+			}
+			return n
+		}
+		t.Logf("acquirer %-6s burst %3d (64 slots): slot wait p50 %-8s p90 %-8s p99 %-8s max %-8s; would shed at 100ms: %d, 250ms: %d, 500ms: %d, 1s: %d; burst done in %s",
+			run.latency, run.burst,
+			quantile(waits, 0.5).Round(time.Millisecond), quantile(waits, 0.9).Round(time.Millisecond),
+			quantile(waits, 0.99).Round(time.Millisecond), quantile(waits, 1).Round(time.Millisecond),
+			shed(100*time.Millisecond), shed(250*time.Millisecond), shed(500*time.Millisecond), shed(time.Second), took.Round(time.Millisecond))
+	}
+}
