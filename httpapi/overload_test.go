@@ -44,19 +44,26 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return s[max(0, min(i, len(s)-1))]
 }
 
-// TestCheapAnswersNeverWaitForAcquirerSlots fills every acquirer slot with
-// slow captures and then sends what needs no acquirer: replays, 422s, a retry
-// of an in-flight key (409) and GETs. Each must be answered while every slot
-// is still busy, not after one frees up.
+// TestCheapAnswersNeverWaitForAcquirerSlots is the retry storm at a
+// slow acquirer: 120 new charges at once take every one of the default 64
+// acquirer slots (the rest wait for one, or are shed), and then come what
+// needs no acquirer: replays, 422s, a retry of an in-flight key (409) and
+// GETs. Each must be answered while every slot is still busy, not after one
+// frees up.
 func TestCheapAnswersNeverWaitForAcquirerSlots(t *testing.T) {
 	t.Parallel()
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			const slots = 4
-			const slow = 4 * time.Second
-			f := setup(t, kind, engine.Options{MaxInFlight: slots, AcquirerTimeout: 10 * time.Second, AdmissionWait: 100 * time.Millisecond},
-				acquirer.Options{Slow: slow})
+			const (
+				slots = engine.DefaultMaxInFlight
+				burst = 120
+				slow  = 5 * time.Second
+			)
+			store := apitest.Store(t, kind)
+			sim := apitest.Simulator(t, acquirer.Options{Slow: slow})
+			seen := &seenAcquirer{Acquirer: sim}
+			f := fixture{inst: apitest.Start(t, store, seen, engine.Options{AcquirerTimeout: 10 * time.Second}), sim: sim, store: store}
 			doneOrder := orderSeq.Add(1)
 			done := apitest.Charge(t, f.inst.URL, "cheap-done", chargeBody(doneOrder, "tok_ok"))
 			if done.Status != 201 {
@@ -64,24 +71,51 @@ func TestCheapAnswersNeverWaitForAcquirerSlots(t *testing.T) {
 			}
 			doneID := decodeCharge(t, done.Body).ID
 
-			// Every slot busy at the slow acquirer.
-			var finished atomic.Int32
+			// Every slot busy at the slow acquirer; finished counts the
+			// slow captures that ended and freed their slot.
+			var finished, shed atomic.Int32
 			var wg sync.WaitGroup
-			slowOrder := orderSeq.Add(1)
-			for i := range slots {
+			slowOrder := orderSeq.Add(burst)
+			for i := range burst {
 				wg.Go(func() {
-					r, err := apitest.Do(t, nil, "POST", f.inst.URL+"/v1/charges", []byte(chargeBody(slowOrder+int64(i)*0, "tok_slow")),
+					r, err := apitest.Do(t, nil, "POST", f.inst.URL+"/v1/charges", []byte(chargeBody(slowOrder+int64(i), "tok_slow")),
 						map[string]string{"Idempotency-Key": fmt.Sprintf("cheap-slow-%d", i)})
-					finished.Add(1)
-					if err != nil || r.Status != 201 {
-						t.Errorf("slow attempt %d: %v %d %s", i, err, r.Status, r.Body)
+					switch {
+					case err != nil:
+						t.Errorf("slow attempt %d: %v", i, err)
+					case r.Status == 201:
+						finished.Add(1)
+					case r.Status == 503:
+						shed.Add(1)
+					default:
+						t.Errorf("slow attempt %d: %d %s, want 201 or 503 overloaded", i, r.Status, r.Body)
 					}
 				})
 			}
 			defer wg.Wait()
-			apitest.Eventually(t, 5*time.Second, "every slot to be at the acquirer", func() bool {
+			// Measure once the burst has settled: every slot at the
+			// acquirer, the rest shed (so that what is measured is the
+			// cheap answers, not the burst's own inserts and releases
+			// queueing at the database).
+			apitest.Eventually(t, 10*time.Second, "every slot to be at the acquirer", func() bool {
 				return f.sim.Stats().CaptureRequests == 1+slots
 			})
+			for deadline := time.Now().Add(2 * time.Second); shed.Load() != burst-slots && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Logf("%s: burst of %d: %d at the acquirer, %d shed (503 overloaded)", kind, burst, f.sim.Stats().CaptureRequests-1, shed.Load())
+			// A key whose attempt is at the acquirer (they all take 5 s).
+			var inFlightKey string
+			for _, ref := range seen.refs() {
+				if ch, err := store.ChargeGet(context.Background(), "demo", ref); err == nil && ch.Status == chargeonce.StatusProcessing {
+					inFlightKey = ch.IdempotencyKey
+					break
+				}
+			}
+			var inFlight int
+			if _, err := fmt.Sscanf(inFlightKey, "cheap-slow-%d", &inFlight); err != nil {
+				t.Fatalf("no attempt of the burst found at the acquirer (%q: %v)", inFlightKey, err)
+			}
 
 			lat := map[string][]time.Duration{}
 			var all []time.Duration
@@ -107,14 +141,14 @@ func TestCheapAnswersNeverWaitForAcquirerSlots(t *testing.T) {
 				all = append(all, d)
 				return r
 			}
-			const rounds = 10
+			const rounds = 20
 			for range rounds {
 				r := measure("replay", 201, "POST", f.inst.URL+"/v1/charges", []byte(chargeBody(doneOrder, "tok_ok")), "cheap-done")
 				if r.Header.Get("Idempotent-Replayed") != "true" {
 					t.Fatalf("replay not flagged")
 				}
 				measure("422", 422, "POST", f.inst.URL+"/v1/charges", []byte(chargeBody(doneOrder+1, "tok_ok")), "cheap-done")
-				r = measure("409", 409, "POST", f.inst.URL+"/v1/charges", []byte(chargeBody(slowOrder, "tok_slow")), "cheap-slow-0")
+				r = measure("409", 409, "POST", f.inst.URL+"/v1/charges", []byte(chargeBody(slowOrder+int64(inFlight), "tok_slow")), inFlightKey)
 				retryAfter(t, r)
 				measure("GET by id", 200, "GET", f.inst.URL+"/v1/charges/"+doneID, nil, "")
 				measure("GET by order", 200, "GET", fmt.Sprintf("%s/v1/charges?order_id=%d", f.inst.URL, doneOrder), nil, "")
@@ -222,6 +256,27 @@ func TestAbandonedWhileWaitingKeepsNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seenAcquirer passes every capture to the real acquirer it wraps and
+// remembers which references reached it.
+type seenAcquirer struct {
+	chargeonce.Acquirer
+	mu   sync.Mutex
+	seen []string
+}
+
+func (a *seenAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
+	a.mu.Lock()
+	a.seen = append(a.seen, req.Reference)
+	a.mu.Unlock()
+	return a.Acquirer.Capture(ctx, req)
+}
+
+func (a *seenAcquirer) refs() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.seen)
 }
 
 // downAcquirer is a real HTTP acquirer that is down: it answers every
