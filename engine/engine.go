@@ -26,10 +26,11 @@ const (
 	// DefaultWriteRetries is how many times storing a final response is
 	// tried before the record is left for recovery.
 	DefaultWriteRetries = 3
-	// DefaultMaxInFlight is a few times a database pool's size: enough to
-	// keep the pool busy, small enough that a retry storm queues in front
-	// of the engine (where abandoned attempts cost nothing) rather than
-	// inside it.
+	// DefaultMaxInFlight bounds the acquirer calls (with the writes that
+	// store their answers) under way at once: a few times a database
+	// pool's size, enough to keep the pool busy, small enough that a slow
+	// acquirer cannot pile up unbounded work; past it new attempts are
+	// shed after AdmissionWait.
 	DefaultMaxInFlight = 64
 	// DefaultAdmissionWait bounds how long a new attempt waits for one of
 	// the MaxInFlight slots before it is shed (503 overloaded). Measured
@@ -59,10 +60,11 @@ type Options struct {
 	KeyTTL          time.Duration
 	WriteTimeout    time.Duration
 	WriteRetries    int
-	// MaxInFlight bounds the attempts that run at once. An attempt waits
-	// for a slot with the client's context, so the attempts of clients that
-	// gave up while queued never touch the database; once admitted, an
-	// attempt runs to its end whatever the client does.
+	// MaxInFlight bounds the attempts at the acquirer at once. Only an
+	// attempt that must call the acquirer takes a slot, after its insert;
+	// it waits for one at most AdmissionWait and only while its client is
+	// there. Once admitted, an attempt runs to its end whatever the client
+	// does.
 	MaxInFlight int
 	// AdmissionWait bounds how long an attempt that must call the acquirer
 	// waits for a slot; past it the attempt is shed (EOVERLOADED) and
@@ -186,7 +188,8 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	// hangs up: a statement cancelled mid-flight may still commit after we
 	// gave up on it, leaving a record nobody drives until its lease ends.
 	// The client's retry will find the finished work instead.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AcquirerTimeout)
+	// The bound covers the insert, the admission wait and a claim.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AdmissionWait+e.opts.AcquirerTimeout)
 	defer cancel()
 	rec, inserted, err := e.store.KeyInsert(ctx, chargeonce.KeyInsertParams{
 		Fingerprint: fp,

@@ -45,7 +45,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 }
 
 // TestCheapAnswersNeverWaitForAcquirerSlots is the retry storm at a
-// slow acquirer: 120 new charges at once take every one of the default 64
+// slow acquirer (10 s): 120 new charges at once take every one of the default 64
 // acquirer slots (the rest wait for one, or are shed), and then come what
 // needs no acquirer: replays, 422s, a retry of an in-flight key (409) and
 // GETs. Each must be answered while every slot is still busy, not after one
@@ -58,12 +58,12 @@ func TestCheapAnswersNeverWaitForAcquirerSlots(t *testing.T) {
 			const (
 				slots = engine.DefaultMaxInFlight
 				burst = 120
-				slow  = 5 * time.Second
+				slow  = 10 * time.Second
 			)
 			store := apitest.Store(t, kind)
 			sim := apitest.Simulator(t, acquirer.Options{Slow: slow})
 			seen := &seenAcquirer{Acquirer: sim}
-			f := fixture{inst: apitest.Start(t, store, seen, engine.Options{AcquirerTimeout: 10 * time.Second}), sim: sim, store: store}
+			f := fixture{inst: apitest.Start(t, store, seen, engine.Options{AcquirerTimeout: 2 * slow}), sim: sim, store: store}
 			doneOrder := orderSeq.Add(1)
 			done := apitest.Charge(t, f.inst.URL, "cheap-done", chargeBody(doneOrder, "tok_ok"))
 			if done.Status != 201 {
@@ -104,7 +104,7 @@ func TestCheapAnswersNeverWaitForAcquirerSlots(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			t.Logf("%s: burst of %d: %d at the acquirer, %d shed (503 overloaded)", kind, burst, f.sim.Stats().CaptureRequests-1, shed.Load())
-			// A key whose attempt is at the acquirer (they all take 5 s).
+			// A key whose attempt is at the acquirer (they all take 10 s).
 			var inFlightKey string
 			for _, ref := range seen.refs() {
 				if ch, err := store.ChargeGet(context.Background(), "demo", ref); err == nil && ch.Status == chargeonce.StatusProcessing {
