@@ -346,7 +346,7 @@ func (e *Engine) Backoff(attempts int) time.Duration {
 	return Backoff(attempts, e.opts.BackoffBase, e.opts.BackoffMax)
 }
 
-// Backoff is base * 2^attempts, capped at max, with "equal jitter": a
+// Backoff is base * 2^attempts, capped at limit, with "equal jitter": a
 // random duration between half of that and all of it. Client retries and
 // recovery back a record off with this one shape.
 //
@@ -356,12 +356,12 @@ func (e *Engine) Backoff(attempts int) time.Duration {
 // to settle a record (its acquirer route or its database writes broken) would
 // win it again every time, ahead of healthy instances. Jitter also spreads
 // out a backlog that an outage backed off all at once.
-func Backoff(attempts int, base, max time.Duration) time.Duration {
+func Backoff(attempts int, base, limit time.Duration) time.Duration {
 	d := base
-	for i := 0; i < attempts && d < max; i++ {
+	for i := 0; i < attempts && d < limit; i++ {
 		d *= 2
 	}
-	d = min(d, max)
+	d = min(d, limit)
 	if half := d / 2; half > 0 {
 		d = half + rand.N(d-half+1)
 	}
