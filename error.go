@@ -3,6 +3,7 @@ package chargeonce
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error codes. The HTTP layer maps each to a status and a problem type in one
@@ -21,6 +22,11 @@ const (
 	EUNAVAILABLE  = "unavailable"
 	EINTERNAL     = "internal-error"
 	EMETHOD       = "method-not-allowed"
+
+	// EOVERLOADED: every acquirer slot stayed busy past the admission wait;
+	// nothing was kept for the key, and a retry after RetryAfter starts
+	// afresh.
+	EOVERLOADED = "overloaded"
 )
 
 // Error is an error that carries a code the caller can act on.
@@ -31,6 +37,10 @@ type Error struct {
 	Message string
 	// Field names the offending request field, when there is one.
 	Field string
+	// RetryAfter, when positive, is when the client should come back (409
+	// from the remaining lease, 503 when shedding); the HTTP layer sends it
+	// as Retry-After.
+	RetryAfter time.Duration
 }
 
 // Error implements error.
@@ -68,4 +78,14 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// ErrorRetryAfter returns the RetryAfter of the first *Error in err's chain,
+// or zero.
+func ErrorRetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
 }

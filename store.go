@@ -29,6 +29,10 @@ type KeyRecord struct {
 	// LeaseExpired is LeaseUntil <= now(), decided by the database's clock
 	// when the record was read, never by an instance's clock.
 	LeaseExpired bool
+	// LeaseRemaining is LeaseUntil - now() when positive, else zero, by the
+	// database's clock when the record was read: how long until the lease
+	// (or recovery's back-off) ends. Retry-After is computed from it.
+	LeaseRemaining time.Duration
 	// RecoveryAttempts counts how often recovery re-drove the acquirer for
 	// this record without reaching a final answer.
 	RecoveryAttempts int

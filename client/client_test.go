@@ -479,6 +479,8 @@ func TestConflictHonoursRetryAfter(t *testing.T) {
 // once instead of sleeping into certain failure.
 func TestRetryAfterBeyondDeadlineGivesUpAtOnce(t *testing.T) {
 	t.Parallel()
+	// The 409's Retry-After is the remaining lease capped by the acquirer
+	// timeout (the owner answers within it): 5 s.
 	f := setup(t, "sqlite", engine.Options{AcquirerTimeout: 5 * time.Second}, acquirer.Options{Slow: 1500 * time.Millisecond})
 	c := newClient(t, f.inst.URL, client.WithAttemptTimeout(150*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 900*time.Millisecond)
@@ -487,7 +489,7 @@ func TestRetryAfterBeyondDeadlineGivesUpAtOnce(t *testing.T) {
 	_, err := c.CreateCharge(ctx, charge(orderSeq.Add(1), acquirer.TokenSlow))
 	elapsed := time.Since(start)
 	var ae *client.APIError
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ae) || ae.StatusCode != 409 || ae.RetryAfter != time.Second {
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ae) || ae.StatusCode != 409 || ae.RetryAfter != 5*time.Second {
 		t.Fatalf("err = %v, want DeadlineExceeded with the 409 as last error", err)
 	}
 	// It must return before the 900ms deadline fires, not sleep into it.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -25,11 +26,31 @@ const (
 	// DefaultWriteRetries is how many times storing a final response is
 	// tried before the record is left for recovery.
 	DefaultWriteRetries = 3
-	// DefaultMaxInFlight is a few times a database pool's size: enough to
-	// keep the pool busy, small enough that a retry storm queues in front
-	// of the engine (where abandoned attempts cost nothing) rather than
-	// inside it.
+	// DefaultMaxInFlight bounds the acquirer calls (with the writes that
+	// store their answers) under way at once: a few times a database
+	// pool's size, enough to keep the pool busy, small enough that a slow
+	// acquirer cannot pile up unbounded work; past it new attempts are
+	// shed after AdmissionWait.
 	DefaultMaxInFlight = 64
+	// DefaultAdmissionWait bounds how long a new attempt waits for one of
+	// the MaxInFlight slots before it is shed (503 overloaded). Measured
+	// (httpapi's TestAdmissionWaitSizing, numbers in the README's
+	// "Overload"): a burst of twice MaxInFlight new charges at once, with
+	// the acquirer answering in 50-200 ms, waits at most about 215 ms for
+	// a slot, so 500 ms absorbs such bursts with room to spare; when the
+	// acquirer stalls (1 s and more), the excess is told within half a
+	// second to come back later instead of holding its connection, and a
+	// client's timeout, for seconds.
+	DefaultAdmissionWait = 500 * time.Millisecond
+	// DefaultBackoffBase and DefaultBackoffMax shape the back-off of a
+	// record whose acquirer outcome stays unknown (see Backoff); recovery
+	// uses the same shape.
+	DefaultBackoffBase = time.Second
+	DefaultBackoffMax  = 5 * time.Minute
+	// OverloadRetryAfter is the Retry-After of a shed attempt: every slot
+	// is held by an acquirer call that ends within AcquirerTimeout, and
+	// the next one to end frees a slot, usually well within a second.
+	OverloadRetryAfter = time.Second
 )
 
 // Options configure an Engine. Zero fields take the defaults above.
@@ -39,11 +60,21 @@ type Options struct {
 	KeyTTL          time.Duration
 	WriteTimeout    time.Duration
 	WriteRetries    int
-	// MaxInFlight bounds the attempts that run at once. An attempt waits
-	// for a slot with the client's context, so the attempts of clients that
-	// gave up while queued never touch the database; once admitted, an
-	// attempt runs to its end whatever the client does.
+	// MaxInFlight bounds the attempts at the acquirer at once. Only an
+	// attempt that must call the acquirer takes a slot, after its insert;
+	// it waits for one at most AdmissionWait and only while its client is
+	// there. Once admitted, an attempt runs to its end whatever the client
+	// does.
 	MaxInFlight int
+	// AdmissionWait bounds how long an attempt that must call the acquirer
+	// waits for a slot; past it the attempt is shed (EOVERLOADED) and
+	// nothing is kept for its key. Replays, 409s, 422s never wait.
+	AdmissionWait time.Duration
+	// BackoffBase and BackoffMax shape how long a record whose acquirer
+	// outcome is unknown rests before it is driven again, by a client's
+	// retry or by recovery: see Backoff.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
 	Logger      *slog.Logger
 	// Observer, when set, is told about every acquirer call (metrics).
 	Observer Observer
@@ -56,12 +87,23 @@ type Observer interface {
 	AcquirerCall(d time.Duration, err error)
 }
 
+// AdmissionObserver, when the Observer also implements it, is told how long
+// every attempt that needed an acquirer slot waited for one, and whether it
+// got one (false: shed, or its client gave up).
+type AdmissionObserver interface {
+	Admission(wait time.Duration, admitted bool)
+}
+
 // Response is what an attempt answers: a status and the exact body bytes.
 type Response struct {
 	Status int
 	Body   []byte
 	// Replayed is true when Body is a stored response being repeated.
 	Replayed bool
+	// RetryAfter, for a 202, is when the record may be driven again: the
+	// client's next retry before then gets 202 again without an acquirer
+	// call. Transports send it as Retry-After.
+	RetryAfter time.Duration
 }
 
 // ContentType returns the media type of the body: problem+json for errors.
@@ -102,6 +144,15 @@ func New(store chargeonce.Store, acquirer chargeonce.Acquirer, opts Options) *En
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
+	if opts.AdmissionWait <= 0 {
+		opts.AdmissionWait = DefaultAdmissionWait
+	}
+	if opts.BackoffBase <= 0 {
+		opts.BackoffBase = DefaultBackoffBase
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = DefaultBackoffMax
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -114,24 +165,31 @@ func (e *Engine) Options() Options { return e.opts }
 // Charge runs one attempt of an intent identified by (merchant, key). req
 // must already be normalised. It returns the response to send, or an error
 // whose code says why there is none: EINPROGRESS (409), EKEYREUSED (422),
+// EOVERLOADED (503: every acquirer slot stayed busy; nothing was kept),
 // EUNAVAILABLE (503: the database failed; the record may exist, so the
 // client retries with the same key), or an internal error (500).
+//
+// Admission comes after the cheap answers. The insert runs first, with no
+// slot: a replay (answered from memory by the replay cache), a 409 or a 422
+// needs no acquirer and never queues behind acquirer calls. Only an attempt
+// that must call the acquirer (its insert won, or it claims an expired
+// lease) takes one of the MaxInFlight slots, waiting at most AdmissionWait;
+// a new record that gets no slot is released again, since the acquirer was
+// never called.
 func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest) (Response, error) {
-	select {
-	case e.slots <- struct{}{}:
-		defer func() { <-e.slots }()
-	case <-ctx.Done():
-		// Nothing was written: the client gave up while the attempt was
-		// queued, and its retry starts afresh.
-		return Response{}, chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the request was abandoned before it started: %v", ctx.Err())
+	if err := ctx.Err(); err != nil {
+		// The client gave up before the attempt started: nothing written.
+		return Response{}, abandoned(err)
 	}
+	client := ctx
 	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
 	token := idempotency.NewToken()
-	// From here on the attempt runs to its end even if the client hangs up:
-	// a statement cancelled mid-flight may still commit after we gave up on
-	// it, leaving a record nobody drives until its lease ends. The client's
-	// retry will find the finished work instead.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AcquirerTimeout)
+	// From here on the attempt's writes run to their end even if the client
+	// hangs up: a statement cancelled mid-flight may still commit after we
+	// gave up on it, leaving a record nobody drives until its lease ends.
+	// The client's retry will find the finished work instead.
+	// The bound covers the insert, the admission wait and a claim.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AdmissionWait+e.opts.AcquirerTimeout)
 	defer cancel()
 	rec, inserted, err := e.store.KeyInsert(ctx, chargeonce.KeyInsertParams{
 		Fingerprint: fp,
@@ -161,9 +219,18 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 			"the outcome is unknown; retry with the same Idempotency-Key"), err)
 	}
 	if inserted {
-		// The record is committed: from here on, whatever happens to this
-		// process, recovery can finish the charge with the same reference.
-		return e.drive(ctx, rec, token, 0, false), nil
+		// The record is committed. It may call the acquirer only once it
+		// holds a slot; without one, nothing has happened yet and the
+		// record goes again, so that no ghost turns the retry into a 409.
+		done, err := e.admit(client)
+		if err != nil {
+			e.release(ctx, merchantID, key, token)
+			return Response{}, err
+		}
+		defer done()
+		// From here on, whatever happens to this process, recovery can
+		// finish the charge with the same reference.
+		return e.driveAttempt(ctx, rec, token), nil
 	}
 
 	if rec.Fingerprint != fp {
@@ -174,11 +241,21 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		return replay(rec), nil
 	}
 	if !rec.LeaseExpired {
-		return Response{}, inProgress()
+		return e.busy(rec)
 	}
-	// The attempt that owned the key is gone or gave up on an unknown
-	// outcome. Rather than answer 409 until recovery gets there, this retry
-	// claims the record and re-drives the acquirer with the same reference.
+	// The attempt that owned the key is gone, or its unknown outcome's
+	// back-off is over. Rather than answer 409 until recovery gets there,
+	// this retry claims the record and re-drives the acquirer with the same
+	// reference: it needs a slot first. Without one the record stays as it
+	// is, for a later retry or recovery.
+	done, err := e.admit(client)
+	if err != nil {
+		if chargeonce.ErrorCode(err) == chargeonce.EOVERLOADED {
+			return Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: OverloadRetryAfter}, nil
+		}
+		return Response{}, err
+	}
+	defer done()
 	claimed, ok, err := e.store.KeyClaim(ctx, merchantID, key, token, e.opts.Lease)
 	if err != nil {
 		return Response{}, fmt.Errorf("claiming expired lease: %w", err)
@@ -189,12 +266,113 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		if claimed.State == chargeonce.KeyCompleted {
 			return replay(claimed), nil
 		}
-		return Response{}, inProgress()
+		return e.busy(claimed)
 	}
-	return e.drive(ctx, claimed, token, 0, false), nil
+	return e.driveAttempt(ctx, claimed, token), nil
 }
 
-func inProgress() error {
+// driveAttempt drives rec as a client's attempt. An unknown outcome backs
+// the record off exactly as recovery would (and counts the attempt), so that
+// however many retries arrive, the acquirer is called at most once per
+// back-off interval; the 202 tells the client when to come back.
+func (e *Engine) driveAttempt(ctx context.Context, rec chargeonce.KeyRecord, token string) Response {
+	d := e.Backoff(rec.RecoveryAttempts)
+	resp := e.drive(ctx, rec, token, d, false)
+	if resp.Status == 202 {
+		resp.RetryAfter = d
+	}
+	return resp
+}
+
+// busy answers an attempt that found the record processing under a lease
+// that has not ended. A record that already had an unknown outcome (and
+// rests for its back-off, or is being re-driven) answers 202 with the
+// charge, as the attempt that got the unknown outcome did; otherwise the
+// first attempt is still at work: 409. Either way Retry-After comes from
+// the remaining lease, by the database's clock; a 409 caps it at the
+// acquirer timeout, since an attempt at the acquirer answers (or gives up)
+// within it, usually long before its lease would end.
+func (e *Engine) busy(rec chargeonce.KeyRecord) (Response, error) {
+	if rec.RecoveryAttempts > 0 {
+		return Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: rec.LeaseRemaining}, nil
+	}
+	err := inProgress()
+	err.RetryAfter = min(rec.LeaseRemaining, e.opts.AcquirerTimeout)
+	return Response{}, err
+}
+
+// admit waits for an acquirer slot, at most AdmissionWait and as long as
+// the client is there. It returns the function that frees the slot, or
+// EOVERLOADED when no slot came in time, or EUNAVAILABLE when the client
+// gave up.
+func (e *Engine) admit(client context.Context) (done func(), err error) {
+	free := func() { <-e.slots }
+	select {
+	case e.slots <- struct{}{}:
+		e.observeAdmission(0, true)
+		return free, nil
+	default:
+	}
+	start := time.Now()
+	t := time.NewTimer(e.opts.AdmissionWait)
+	defer t.Stop()
+	select {
+	case e.slots <- struct{}{}:
+		e.observeAdmission(time.Since(start), true)
+		return free, nil
+	case <-t.C:
+		e.observeAdmission(time.Since(start), false)
+		return nil, &chargeonce.Error{
+			Code:       chargeonce.EOVERLOADED,
+			Message:    fmt.Sprintf("every acquirer slot stayed busy for %s; nothing was kept for this Idempotency-Key: retry after the time in Retry-After", e.opts.AdmissionWait),
+			RetryAfter: OverloadRetryAfter,
+		}
+	case <-client.Done():
+		e.observeAdmission(time.Since(start), false)
+		return nil, abandoned(client.Err())
+	}
+}
+
+func (e *Engine) observeAdmission(wait time.Duration, admitted bool) {
+	if o, ok := e.opts.Observer.(AdmissionObserver); ok {
+		o.Admission(wait, admitted)
+	}
+}
+
+func abandoned(err error) error {
+	return chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the request was abandoned before it reached the acquirer: %v", err)
+}
+
+// Backoff is how long a record whose acquirer outcome is still unknown after
+// attempts failed attempts rests before it is driven again: the engine's
+// BackoffBase * 2^attempts, capped at BackoffMax, jittered (see Backoff).
+func (e *Engine) Backoff(attempts int) time.Duration {
+	return Backoff(attempts, e.opts.BackoffBase, e.opts.BackoffMax)
+}
+
+// Backoff is base * 2^attempts, capped at limit, with "equal jitter": a
+// random duration between half of that and all of it. Client retries and
+// recovery back a record off with this one shape.
+//
+// Without jitter every instance's recovery loop runs on a fixed period and
+// the back-offs are multiples of it, so a record backed off by one instance
+// comes due exactly on that instance's next tick: the instance that failed
+// to settle a record (its acquirer route or its database writes broken) would
+// win it again every time, ahead of healthy instances. Jitter also spreads
+// out a backlog that an outage backed off all at once.
+func Backoff(attempts int, base, limit time.Duration) time.Duration {
+	d := base
+	for i := 0; i < attempts && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	if half := d / 2; half > 0 {
+		d = half + rand.N(d-half+1)
+	}
+	return d
+}
+
+func inProgress() *chargeonce.Error {
 	return chargeonce.Errorf(chargeonce.EINPROGRESS,
 		"another attempt with this Idempotency-Key is still processing; retry after the time in Retry-After")
 }
@@ -233,8 +411,8 @@ func (e *Engine) Recover(ctx context.Context, rec chargeonce.KeyRecord, backoff 
 // the client's: a client that hangs up must not leave a charge half-done.
 //
 // When the record cannot be settled now, it is handed to recovery after
-// backoff (zero for a client's attempt: at once rather than when the lease
-// ends), counting a recovery attempt when recovering.
+// backoff (for a client's attempt too: see driveAttempt), counting the
+// failed attempt.
 func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering bool) Response {
 	ch := rec.Charge
 	base := context.WithoutCancel(ctx)
@@ -305,16 +483,19 @@ func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token stri
 	}
 }
 
-// handOff ends token's lease after d, so that recovery may claim the record
-// then, and counts a recovery attempt when recovering. A lost lease (ESTALE)
-// means somebody else already drives the record; other failures leave the
-// lease as it was, and recovery takes over when it ends.
+// handOff ends token's lease after the back-off d, so that the record is
+// driven again (by recovery or a client's retry) no sooner, and counts the
+// failed attempt, whether a client's or recovery's: the count decides the
+// next back-off, so that retries arriving during an outage cannot drive the
+// acquirer more often than recovery would. A lost lease (ESTALE) means
+// somebody else already drives the record; other failures leave the lease
+// as it was, and recovery takes over when it ends.
 func (e *Engine) handOff(base context.Context, chargeID, merchantID, key, token string, d time.Duration, recovering bool) {
 	wctx, cancel := context.WithTimeout(base, e.opts.WriteTimeout)
 	defer cancel()
-	if err := e.store.KeyLeaseSet(wctx, merchantID, key, token, d, recovering); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+	if err := e.store.KeyLeaseSet(wctx, merchantID, key, token, d, true); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
 		e.log.Error("handing record to recovery failed; it will be recovered when its lease ends",
-			"charge_id", chargeID, "err", err)
+			"charge_id", chargeID, "recovering", recovering, "err", err)
 	}
 }
 

@@ -191,7 +191,8 @@ func TestUnknownOutcomeAnswers202AndIsNotStored(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, kind, engine.Options{AcquirerTimeout: 100 * time.Millisecond}, acquirer.Options{Slow: 400 * time.Millisecond})
+			const backoff = 400 * time.Millisecond
+			f := setup(t, kind, engine.Options{AcquirerTimeout: 100 * time.Millisecond, BackoffBase: backoff}, acquirer.Options{Slow: 400 * time.Millisecond})
 			order := orderSeq.Add(1)
 			first := apitest.Charge(t, f.inst.URL, "key-unknown", chargeBody(order, "tok_slow"))
 			if first.Status != 202 {
@@ -205,8 +206,15 @@ func TestUnknownOutcomeAnswers202AndIsNotStored(t *testing.T) {
 			if err != nil || rec.State != chargeonce.KeyProcessing || rec.ResponseBody != nil {
 				t.Fatalf("record after 202: %+v, %v; want processing with no stored response", rec, err)
 			}
-			if !rec.LeaseExpired {
-				t.Fatalf("an unknown outcome must hand the record to recovery at once (lease ended)")
+			// The unknown outcome backs the record off as recovery would
+			// (counted, base*2^0 jittered) and the 202 says when to come
+			// back.
+			if rec.RecoveryAttempts != 1 || rec.LeaseExpired || rec.LeaseRemaining > backoff {
+				t.Fatalf("after an unknown outcome: attempts %d, lease expired %v, remaining %s; want 1 attempt counted and a back-off of at most %s",
+					rec.RecoveryAttempts, rec.LeaseExpired, rec.LeaseRemaining, backoff)
+			}
+			if ra := first.Header.Get("Retry-After"); ra != "1" {
+				t.Fatalf("202 Retry-After %q, want 1 (the %s back-off, rounded up)", ra, backoff)
 			}
 			// tok_fail_before also answers 202: a 503 from the acquirer is
 			// an unknown outcome too.
@@ -214,10 +222,14 @@ func TestUnknownOutcomeAnswers202AndIsNotStored(t *testing.T) {
 			if fb.Status != 202 {
 				t.Fatalf("tok_fail_before: %d %s, want 202", fb.Status, fb.Body)
 			}
-			// Once the slow capture has finished, a retry takes the record
-			// over, re-drives the acquirer with the same reference, and ends
+			// Once the slow capture has finished and the back-off is over, a
+			// retry takes the record over, re-drives the acquirer with the same reference, and ends
 			// with the one capture.
 			f.sim.Wait()
+			apitest.Eventually(t, 5*time.Second, "the back-off to end", func() bool {
+				rec, err := f.store.KeyGet(context.Background(), "demo", "key-unknown")
+				return err == nil && rec.LeaseExpired
+			})
 			final := apitest.Charge(t, f.inst.URL, "key-unknown", chargeBody(order, "tok_slow"))
 			if final.Status != 201 {
 				t.Fatalf("retry after the capture finished: %d %s", final.Status, final.Body)

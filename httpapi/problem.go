@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/chargeonce/chargeonce"
 )
@@ -29,13 +31,20 @@ var problems = map[string]problemInfo{
 	chargeonce.EDECLINED:     {http.StatusPaymentRequired, "Card declined"},
 	chargeonce.EUNAVAILABLE:  {http.StatusServiceUnavailable, "Service unavailable"},
 	chargeonce.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
+	chargeonce.EOVERLOADED:   {http.StatusServiceUnavailable, "Overloaded"},
 }
 
-// retryAfterSeconds is sent with 409 and with every 503: the attempt holding
-// the key normally finishes within the acquirer timeout, so a prompt retry
-// usually replays; a database outage or a failover lasts seconds, and
-// clients back off further on their own.
-const retryAfterSeconds = "1"
+// defaultRetryAfter is sent with a 409 or a 503 whose error carries no
+// RetryAfter of its own: the attempt holding a key normally finishes within
+// the acquirer timeout, and a database outage or a failover lasts seconds,
+// after which clients back off further on their own.
+const defaultRetryAfter = time.Second
+
+// retryAfterHeader formats d as Retry-After's delay-seconds: rounded up to
+// whole seconds (a client must not come back before d), at least 1.
+func retryAfterHeader(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
+}
 
 // problemFor returns err's code and how it is shown; codes without an entry
 // are internal errors.
@@ -75,8 +84,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
-	if code == chargeonce.EINPROGRESS || status == http.StatusServiceUnavailable {
-		h.Set("Retry-After", retryAfterSeconds)
+	if ra := chargeonce.ErrorRetryAfter(err); ra > 0 {
+		h.Set("Retry-After", retryAfterHeader(ra))
+	} else if code == chargeonce.EINPROGRESS || status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", retryAfterHeader(defaultRetryAfter))
 	}
 	if code == chargeonce.EUNAUTHORIZED {
 		h.Set("WWW-Authenticate", `Bearer realm="chargeonce"`)

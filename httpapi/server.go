@@ -122,6 +122,10 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 	if resp.Replayed {
 		h.Set("Idempotent-Replayed", "true")
 	}
+	if resp.Status == http.StatusAccepted || resp.RetryAfter > 0 {
+		// A 202 always says when to come back (at least 1 s).
+		h.Set("Retry-After", retryAfterHeader(resp.RetryAfter))
+	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
 }

@@ -129,10 +129,13 @@ func (s *Store) Close() error {
 
 // The columns of a record joined to its charge, in the order scanRecord
 // reads them: k is an idempotency_keys row (table or CTE), c its charge.
-// LeaseExpired and the expiry are computed here, by the database's clock.
+// LeaseExpired, LeaseRemaining (in microseconds) and the expiry are
+// computed here, by the database's clock.
 const recordColumns = `
 	k.merchant_id, k.key, k.fingerprint, k.token, k.state,
-	k.lease_until, k.lease_until <= now(), k.recovery_attempts,
+	k.lease_until, k.lease_until <= now(),
+	GREATEST(0, (EXTRACT(EPOCH FROM k.lease_until - now()) * 1000000)::bigint),
+	k.recovery_attempts,
 	k.response_status, k.response_body, k.created_at, k.expires_at,
 	k.expires_at <= now(),
 	c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
@@ -147,10 +150,11 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 		status      *int32
 		chStatus    string
 		declineCode *string
+		remaining   int64 // µs
 	)
 	dest := append(extra,
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
-		&rec.LeaseUntil, &rec.LeaseExpired, &rec.RecoveryAttempts,
+		&rec.LeaseUntil, &rec.LeaseExpired, &remaining, &rec.RecoveryAttempts,
 		&status, &rec.ResponseBody, &rec.CreatedAt, &rec.ExpiresAt,
 		&expired,
 		&rec.Charge.ID, &rec.Charge.MerchantID, &rec.Charge.IdempotencyKey, &rec.Charge.OrderID, &rec.Charge.AmountCents,
@@ -161,6 +165,7 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 		return chargeonce.KeyRecord{}, false, err
 	}
 	rec.State = chargeonce.KeyState(state)
+	rec.LeaseRemaining = time.Duration(remaining) * time.Microsecond
 	if status != nil {
 		rec.ResponseStatus = int(*status)
 	}

@@ -317,7 +317,7 @@ func TestTwoRescuersClaimEachOrphanOnce(t *testing.T) {
 
 // TestWriteFailsEveryRetry: the acquirer captured, but every attempt to
 // store its answer failed. The attempt answers 202 and hands the record to
-// recovery at once; recovery re-drives the acquirer with the same reference,
+// recovery after a back-off; recovery re-drives the acquirer with the same reference,
 // which moves no money again, stores the answer, and the retry replays it.
 func TestWriteFailsEveryRetry(t *testing.T) {
 	t.Parallel()
@@ -334,13 +334,14 @@ func TestWriteFailsEveryRetry(t *testing.T) {
 		t.Fatalf("the answer was written %d times, want %d tries", n, engine.DefaultWriteRetries)
 	}
 	rec := get(t, e.store, "k")
-	if rec.State != chargeonce.KeyProcessing || !rec.LeaseExpired {
-		t.Fatalf("after the failed writes the record is %s (lease expired %v); want processing and handed to recovery", rec.State, rec.LeaseExpired)
+	if rec.State != chargeonce.KeyProcessing || rec.RecoveryAttempts != 1 {
+		t.Fatalf("after the failed writes the record is %s (%d attempts); want processing, handed to recovery after a back-off", rec.State, rec.RecoveryAttempts)
 	}
 	if n := e.sim.CapturedCount("demo", req.OrderID); n != 1 {
 		t.Fatalf("acquirer captured %d times before recovery, want 1", n)
 	}
 
+	waitDue(t, e.store, "k")
 	res, err := recovery.NewRescuer(e.store, e.eng, recovery.RescuerOptions{}).RunOnce(t.Context())
 	if err != nil || res.Settled != 1 {
 		t.Fatalf("RunOnce = %+v, %v; want the record settled", res, err)
@@ -420,8 +421,10 @@ func TestBackoffWhileAcquirerDown(t *testing.T) {
 	if err != nil || resp.Status != 202 {
 		t.Fatalf("first attempt: %d %s, %v; want 202", resp.Status, resp.Body, err)
 	}
-	if rec := get(t, e.store, "k"); !rec.LeaseExpired || rec.RecoveryAttempts != 0 {
-		t.Fatalf("after 202: lease expired %v, attempts %d; want handed to recovery at once, no attempt counted", rec.LeaseExpired, rec.RecoveryAttempts)
+	// The client's unknown outcome backs the record off as recovery would,
+	// and counts as an attempt.
+	if rec := get(t, e.store, "k"); rec.LeaseExpired || rec.RecoveryAttempts != 1 {
+		t.Fatalf("after 202: lease expired %v, attempts %d; want backed off, one attempt counted", rec.LeaseExpired, rec.RecoveryAttempts)
 	}
 
 	const base, maxBackoff = 500 * time.Millisecond, time.Second
@@ -431,7 +434,7 @@ func TestBackoffWhileAcquirerDown(t *testing.T) {
 		BackoffBase: base, BackoffMax: maxBackoff,
 		OnStuck: func(s chargeonce.StuckStats) { mu.Lock(); reports = append(reports, s); mu.Unlock() },
 	})
-	want := []time.Duration{base, 2 * base, maxBackoff} // 4*base is capped
+	want := []time.Duration{2 * base, maxBackoff, maxBackoff} // after the client's attempt; 4*base is capped
 	for i, backoff := range want {
 		waitDue(t, e.store, "k")
 		res, err := r.RunOnce(t.Context())
@@ -445,8 +448,8 @@ func TestBackoffWhileAcquirerDown(t *testing.T) {
 			t.Fatalf("pass %d reported %d stuck records; want the backed-off record", i, res.Stuck.Count)
 		}
 		rec := get(t, e.store, "k")
-		if rec.State != chargeonce.KeyProcessing || rec.RecoveryAttempts != i+1 {
-			t.Fatalf("pass %d: record %s with %d attempts; want processing with %d", i, rec.State, rec.RecoveryAttempts, i+1)
+		if rec.State != chargeonce.KeyProcessing || rec.RecoveryAttempts != i+2 {
+			t.Fatalf("pass %d: record %s with %d attempts; want processing with %d", i, rec.State, rec.RecoveryAttempts, i+2)
 		}
 		// The back-off is jittered into [backoff/2, backoff].
 		if left := time.Until(rec.LeaseUntil); left > backoff || left < backoff/2-200*time.Millisecond {

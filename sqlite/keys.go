@@ -30,7 +30,8 @@ RETURNING created_at, lease_until, lease_until <= created_at, expires_at`
 	// past its expiry, so a new intent may take the key. A processing record
 	// past its expiry is an unsettled charge and is never gone.
 	keyColumns = `k.merchant_id, k.key, k.fingerprint, k.token, k.state,
-	k.lease_until, k.lease_until <= ` + nowMicros + `, k.recovery_attempts,
+	k.lease_until, k.lease_until <= ` + nowMicros + `,
+	max(0, k.lease_until - ` + nowMicros + `), k.recovery_attempts,
 	k.response_status, k.response_body, k.created_at, k.expires_at,
 	k.state = 'completed' AND k.expires_at <= ` + nowMicros + `, ` + chargeColumnsC
 
@@ -112,10 +113,11 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 		responseStatus   sql.NullInt64
 		responseBody     []byte
 		recoveryAttempts int64
+		remainingMicros  int64
 	)
 	dest := []any{
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
-		&leaseUntil, &rec.LeaseExpired, &recoveryAttempts,
+		&leaseUntil, &rec.LeaseExpired, &remainingMicros, &recoveryAttempts,
 		&responseStatus, &responseBody, &createdAt, &expiresAt, &gone,
 	}
 	var c chargeRow
@@ -125,6 +127,7 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 	}
 	rec.State = chargeonce.KeyState(state)
 	rec.LeaseUntil = fromMicros(leaseUntil)
+	rec.LeaseRemaining = time.Duration(remainingMicros) * time.Microsecond
 	rec.RecoveryAttempts = int(recoveryAttempts)
 	if responseStatus.Valid {
 		rec.ResponseStatus = int(responseStatus.Int64)
@@ -224,6 +227,9 @@ func (s *Store) keyInsertTx(ctx context.Context, tx *sql.Tx, q *queries, p charg
 		CreatedAt:    ch.CreatedAt,
 		ExpiresAt:    fromMicros(expiresAt),
 		Charge:       ch,
+
+		// Both ends are the database's clock, read by the insert itself.
+		LeaseRemaining: time.Duration(max(0, leaseUntil-createdAt)) * time.Microsecond,
 	}, true, nil
 }
 

@@ -191,6 +191,9 @@ func testInsertThenGet(t *testing.T, s chargeonce.Store) {
 		if rec.ResponseStatus != 0 || len(rec.ResponseBody) != 0 {
 			t.Fatalf("%s: a processing record has response %d %q", what, rec.ResponseStatus, rec.ResponseBody)
 		}
+		if rec.LeaseRemaining > longLease || !near(rec.LeaseRemaining, longLease) {
+			t.Fatalf("%s: LeaseRemaining %v, want just under the %v lease", what, rec.LeaseRemaining, longLease)
+		}
 		if rec.CreatedAt.IsZero() || !near(rec.LeaseUntil.Sub(rec.CreatedAt), longLease) || !near(rec.ExpiresAt.Sub(rec.CreatedAt), longTTL) {
 			t.Fatalf("%s: created %v, lease until %v, expires %v; want lease %v and TTL %v after creation",
 				what, rec.CreatedAt, rec.LeaseUntil, rec.ExpiresAt, longLease, longTTL)
@@ -515,14 +518,18 @@ func testLeaseSetAndClaim(t *testing.T, s chargeonce.Store) {
 	if got := get(t, s, "m1", "key-1"); !near(got.LeaseUntil.Sub(got.CreatedAt), 2*longLease) || got.LeaseExpired || got.RecoveryAttempts != 0 {
 		t.Fatalf("after KeyLeaseSet(2h): lease %v after creation, expired %v, attempts %d", got.LeaseUntil.Sub(got.CreatedAt), got.LeaseExpired, got.RecoveryAttempts)
 	}
+	// LeaseRemaining is lease_until - now() by the database's clock.
+	if got := get(t, s, "m1", "key-1"); got.LeaseRemaining > 2*longLease || !near(got.LeaseRemaining, 2*longLease) {
+		t.Fatalf("after KeyLeaseSet(2h): LeaseRemaining %v, want just under %v", got.LeaseRemaining, 2*longLease)
+	}
 
 	// Zero: the outcome is unknown, recovery may take over at once.
 	if err := s.KeyLeaseSet(t.Context(), "m1", "key-1", p.Token, 0, true); err != nil {
 		t.Fatalf("KeyLeaseSet(0): %v", err)
 	}
 	got := get(t, s, "m1", "key-1")
-	if !got.LeaseExpired || got.RecoveryAttempts != 1 {
-		t.Fatalf("after KeyLeaseSet(0, true): leaseExpired %v attempts %d, want true 1", got.LeaseExpired, got.RecoveryAttempts)
+	if !got.LeaseExpired || got.RecoveryAttempts != 1 || got.LeaseRemaining != 0 {
+		t.Fatalf("after KeyLeaseSet(0, true): leaseExpired %v attempts %d remaining %v, want true 1 0", got.LeaseExpired, got.RecoveryAttempts, got.LeaseRemaining)
 	}
 	rec, claimed, err = s.KeyClaim(t.Context(), "m1", "key-1", "tok_recovery", longLease)
 	if err != nil || !claimed {

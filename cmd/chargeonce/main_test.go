@@ -49,6 +49,7 @@ func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
 		{[]string{"serve", "--db", "sqlite:"}, "--db"},
 		{[]string{"serve", "--db", db, "--lease", "1s", "--acquirer-timeout", "2s"}, "--lease"},
 		{[]string{"serve", "--db", db, "--key-ttl", "-1s"}, "--key-ttl"},
+		{[]string{"serve", "--db", db, "--admission-wait", "0s"}, "--admission-wait"},
 		{[]string{"serve", "--db", db, "--acquirer", "ftp://x"}, "--acquirer"},
 		{[]string{"serve", "--db", db, "--api-keys", "nocolon"}, "--api-keys"},
 		{[]string{"serve", "--db", db, "--log-level", "loud"}, "--log-level"},

@@ -28,6 +28,7 @@ type serveConfig struct {
 	acq                         acquirerFlags
 	lease, reconcileEvery       time.Duration
 	keyTTL, sweepEvery          time.Duration
+	admissionWait               time.Duration
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -42,6 +43,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.reconcileEvery, "reconcile-every", recovery.DefaultEvery, "how often the recovery loop looks for orphaned charges")
 	fs.DurationVar(&c.keyTTL, "key-ttl", engine.DefaultKeyTTL, "how long an idempotency key is remembered; a key reused after that is a new intent")
 	fs.DurationVar(&c.sweepEvery, "sweep-every", recovery.DefaultSweepEvery, "how often expired keys are deleted")
+	fs.DurationVar(&c.admissionWait, "admission-wait", engine.DefaultAdmissionWait, "how long a new charge waits for a free acquirer slot before it is refused with 503 overloaded")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -49,7 +51,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	for name, d := range map[string]time.Duration{"--lease": c.lease, "--reconcile-every": c.reconcileEvery, "--key-ttl": c.keyTTL, "--sweep-every": c.sweepEvery} {
+	for name, d := range map[string]time.Duration{"--lease": c.lease, "--reconcile-every": c.reconcileEvery, "--key-ttl": c.keyTTL, "--sweep-every": c.sweepEvery, "--admission-wait": c.admissionWait} {
 		if d <= 0 {
 			return fmt.Errorf("%s must be positive; got %s", name, d)
 		}
@@ -93,6 +95,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Lease:           c.lease,
 		AcquirerTimeout: c.acq.timeout,
 		KeyTTL:          c.keyTTL,
+		AdmissionWait:   c.admissionWait,
 		Logger:          log,
 		Observer:        m,
 	})
