@@ -86,6 +86,9 @@ func (r *ChargeRequest) Normalize() error {
 			return FieldError("payment_token", "payment_token must be 1 to %d visible characters", MaxPaymentTokenLen)
 		}
 	}
+	if !ValidText(r.Description) {
+		return FieldError("description", "description must be valid UTF-8 without U+0000")
+	}
 	if n := utf8.RuneCountInString(r.Description); n > MaxDescriptionLen {
 		return FieldError("description", "description must be at most %d characters; got %d", MaxDescriptionLen, n)
 	}
