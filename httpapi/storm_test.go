@@ -24,7 +24,7 @@ import (
 
 // stormRequests is how many random and malformed requests
 // TestRandomRequestStorm sends to each store.
-const stormRequests = 2500
+const stormRequests = 2000
 
 // TestRandomRequestStorm fires thousands of random and malformed requests —
 // bodies, headers, idempotency keys, methods, paths and query strings, on
@@ -52,7 +52,7 @@ func TestRandomRequestStorm(t *testing.T) {
 			results := make([]result, stormRequests)
 			start := time.Now()
 			var wg sync.WaitGroup
-			const workers = 4
+			const workers = 8
 			for w := range workers {
 				wg.Add(1)
 				go func() {
