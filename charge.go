@@ -1,6 +1,7 @@
 package chargeonce
 
 import (
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -85,6 +86,9 @@ func (r *ChargeRequest) Normalize() error {
 			return FieldError("payment_token", "payment_token must be 1 to %d visible characters", MaxPaymentTokenLen)
 		}
 	}
+	if !ValidText(r.Description) {
+		return FieldError("description", "description must be valid UTF-8 without U+0000")
+	}
 	if n := utf8.RuneCountInString(r.Description); n > MaxDescriptionLen {
 		return FieldError("description", "description must be at most %d characters; got %d", MaxDescriptionLen, n)
 	}
@@ -102,4 +106,35 @@ func validCurrency(c string) bool {
 	}
 	_, err := currency.ParseISO(c)
 	return err == nil
+}
+
+// ValidText reports whether s is text every store keeps byte for byte and
+// every client can read back: valid UTF-8 (which also excludes UTF-16
+// surrogates) with no U+0000. PostgreSQL's text type refuses both; SQLite
+// would store them, so the stores check it at their boundary and the API
+// refuses such text at the edge.
+func ValidText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// CheckText refuses an insert whose text fields are not ValidText, with an
+// EINVALID error naming the field. Both stores call it first, so a NUL byte
+// or invalid UTF-8 that slipped past the edge gets the same answer from
+// PostgreSQL (which cannot store it) and SQLite (which could).
+func (p *KeyInsertParams) CheckText() error {
+	for _, f := range []struct{ name, value string }{
+		{"merchant_id", p.Charge.MerchantID},
+		{"idempotency_key", p.Charge.IdempotencyKey},
+		{"currency", p.Charge.Currency},
+		{"payment_token", p.Charge.PaymentToken},
+		{"description", p.Charge.Description},
+		{"id", p.Charge.ID},
+		{"fingerprint", p.Fingerprint},
+		{"token", p.Token},
+	} {
+		if !ValidText(f.value) {
+			return FieldError(f.name, "%s must be valid UTF-8 without U+0000", f.name)
+		}
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -14,42 +16,115 @@ import (
 // address.
 const DemoAPIKeys = "demo:sk_test_demo"
 
-// Keys maps API keys to merchants. Secrets are held as SHA-256 digests, so
-// a lookup's timing tells nothing useful about a secret.
+// digestPrefix marks a secret given as its SHA-256 digest
+// (merchant:sha256:<64 hex digits>) instead of in clear.
+const digestPrefix = "sha256:"
+
+// Keys maps API keys to merchants. Only SHA-256 digests of the secrets are
+// held, never the secrets, so configuration may hold digests too.
+//
+// Authentication compares the digest of the presented key with every
+// configured digest using crypto/subtle, without stopping at the first
+// match, so its timing depends neither on which digest matched nor on how
+// many leading bytes of any digest agree. (A map keyed by digest, as this
+// used before, was already hard to exploit — its early-exit comparison could
+// at most leak bytes of a digest, and a digest does not give back a secret
+// — but a scan over the few keys a service has costs well under a
+// microsecond and needs no such argument.)
 type Keys struct {
-	byDigest map[[32]byte]chargeonce.Merchant
+	entries []keyEntry
 }
 
-// ParseKeys parses "merchant:secret" pairs separated by commas.
+type keyEntry struct {
+	digest   [sha256.Size]byte
+	merchant chargeonce.Merchant
+}
+
+// ParseKeys parses API keys: "merchant:secret" or
+// "merchant:sha256:<64 hex digits>" pairs, separated by commas or newlines.
+// Blank lines and lines starting with # are ignored, so the same syntax
+// serves --api-keys and --api-keys-file. Errors never repeat a secret.
 func ParseKeys(spec string) (*Keys, error) {
-	k := &Keys{byDigest: map[[32]byte]chargeonce.Merchant{}}
-	for _, pair := range strings.Split(spec, ",") {
-		pair = strings.TrimSpace(pair)
-		if pair == "" {
+	k := &Keys{}
+	seen := map[[sha256.Size]byte]string{}
+	for n, line := range strings.Split(spec, "\n") {
+		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "#") {
 			continue
 		}
-		merchant, secret, ok := strings.Cut(pair, ":")
-		merchant, secret = strings.TrimSpace(merchant), strings.TrimSpace(secret)
-		if !ok || merchant == "" || secret == "" {
-			return nil, fmt.Errorf("api key %q is not merchant:secret", redact(pair))
+		for _, pair := range strings.Split(line, ",") {
+			pair = strings.TrimSpace(pair)
+			if pair == "" {
+				continue
+			}
+			where := fmt.Sprintf("api key %q", redact(pair))
+			if strings.Contains(spec, "\n") {
+				where = fmt.Sprintf("line %d: %s", n+1, where)
+			}
+			merchant, secret, ok := strings.Cut(pair, ":")
+			merchant, secret = strings.TrimSpace(merchant), strings.TrimSpace(secret)
+			if !ok || merchant == "" || secret == "" {
+				return nil, fmt.Errorf("%s is not merchant:secret or merchant:sha256:<hex>", where)
+			}
+			if !visibleASCII(merchant) {
+				return nil, fmt.Errorf("%s: the merchant id must be visible ASCII characters", where)
+			}
+			var d [sha256.Size]byte
+			if hexDigest, isDigest := strings.CutPrefix(secret, digestPrefix); isDigest {
+				b, err := hex.DecodeString(hexDigest)
+				if err != nil || len(b) != sha256.Size {
+					return nil, fmt.Errorf("%s: a digest must be sha256: followed by 64 hex digits (as printed by sha256sum)", where)
+				}
+				copy(d[:], b)
+			} else {
+				d = sha256.Sum256([]byte(secret))
+			}
+			if m, dup := seen[d]; dup {
+				if m != merchant {
+					return nil, fmt.Errorf("the same api key is given to merchants %q and %q", m, merchant)
+				}
+				continue
+			}
+			seen[d] = merchant
+			k.entries = append(k.entries, keyEntry{digest: d, merchant: chargeonce.Merchant{ID: merchant}})
 		}
-		d := sha256.Sum256([]byte(secret))
-		if m, dup := k.byDigest[d]; dup && m.ID != merchant {
-			return nil, fmt.Errorf("the same api key is given to merchants %q and %q", m.ID, merchant)
-		}
-		k.byDigest[d] = chargeonce.Merchant{ID: merchant}
 	}
-	if len(k.byDigest) == 0 {
-		return nil, fmt.Errorf("no api keys in %q", redact(spec))
+	if len(k.entries) == 0 {
+		return nil, fmt.Errorf("no api keys given")
 	}
 	return k, nil
 }
 
+// redact shows the merchant part of a merchant:secret pair only.
 func redact(s string) string {
 	if m, _, ok := strings.Cut(s, ":"); ok {
 		return m + ":…"
 	}
 	return "…"
+}
+
+func visibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// lookup returns the merchant whose digest equals the digest of secret,
+// comparing against every configured digest in constant time.
+func (k *Keys) lookup(secret string) (chargeonce.Merchant, bool) {
+	d := sha256.Sum256([]byte(secret))
+	found := -1
+	for i := range k.entries {
+		if subtle.ConstantTimeCompare(d[:], k.entries[i].digest[:]) == 1 {
+			found = i // no break: every entry costs the same
+		}
+	}
+	if found < 0 {
+		return chargeonce.Merchant{}, false
+	}
+	return k.entries[found].merchant, true
 }
 
 // authenticate returns the merchant of the request's bearer key.
@@ -59,7 +134,7 @@ func (k *Keys) authenticate(r *http.Request) (chargeonce.Merchant, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return chargeonce.Merchant{}, chargeonce.Errorf(chargeonce.EUNAUTHORIZED, "send your API key as Authorization: Bearer <api-key>")
 	}
-	m, ok := k.byDigest[sha256.Sum256([]byte(strings.TrimSpace(token)))]
+	m, ok := k.lookup(strings.TrimSpace(token))
 	if !ok {
 		return chargeonce.Merchant{}, chargeonce.Errorf(chargeonce.EUNAUTHORIZED, "the API key is not valid")
 	}

@@ -136,7 +136,14 @@ func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ch, err := s.store.ChargeGet(r.Context(), merchant.ID, r.PathValue("id"))
+	id := r.PathValue("id")
+	if !plausibleChargeID(id) {
+		// An id no charge can have (a NUL, invalid UTF-8, anything but
+		// visible ASCII) is simply not found; it never reaches the store.
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no charge has that id: ids are visible ASCII"))
+		return
+	}
+	ch, err := s.store.ChargeGet(r.Context(), merchant.ID, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -222,6 +229,9 @@ func DecodeChargeRequest(body []byte) (chargeonce.ChargeRequest, error) {
 	var req chargeonce.ChargeRequest
 	if len(body) > MaxBodyBytes {
 		return req, tooLarge()
+	}
+	if err := checkText(body); err != nil {
+		return req, err
 	}
 	if err := decodeJSON(body, &req); err != nil {
 		return req, err

@@ -255,6 +255,9 @@ var Statements = struct {
 // lease_until and expires_at are now()+p.Lease and now()+p.TTL on the
 // database's clock.
 func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
+	if err := p.CheckText(); err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
 	ch := p.Charge
 	for range keyInsertAttempts {
 		var inserted bool
@@ -294,6 +297,10 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 // KeyGet returns the record and its charge, or ENOTFOUND. Like the read in
 // KeyInsert it takes no row lock.
 func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.KeyRecord, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(key) {
+		// text PostgreSQL cannot hold was never stored (storetest "Hostile")
+		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "idempotency key %q not found", key)
+	}
 	rec, _, err := scanRecord(s.pool.QueryRow(ctx, keyGetSQL, merchantID, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "idempotency key %q not found", key)
@@ -524,6 +531,9 @@ func scanCharge(row pgx.Row) (chargeonce.Charge, error) {
 // ENOTFOUND, exactly like a charge that does not exist, so an API client
 // cannot even learn that an id is in use.
 func (s *Store) ChargeGet(ctx context.Context, merchantID, id string) (chargeonce.Charge, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.Charge{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
+	}
 	c, err := scanCharge(s.pool.QueryRow(ctx,
 		`SELECT `+chargeColumns+` FROM charges WHERE merchant_id = $1 AND id = $2`, merchantID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -539,6 +549,9 @@ func (s *Store) ChargeGet(ctx context.Context, merchantID, id string) (chargeonc
 // first (ties broken by id, descending, so the order is total). It returns
 // an empty, non-nil slice when there are none.
 func (s *Store) ChargesListByOrder(ctx context.Context, merchantID string, orderID int64) ([]chargeonce.Charge, error) {
+	if !chargeonce.ValidText(merchantID) {
+		return []chargeonce.Charge{}, nil
+	}
 	rows, err := s.pool.Query(ctx, `
 SELECT `+chargeColumns+` FROM charges
 WHERE merchant_id = $1 AND order_id = $2

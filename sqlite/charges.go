@@ -65,6 +65,9 @@ func (r *chargeRow) charge() chargeonce.Charge {
 // ChargeGet returns the merchant's charge, or ENOTFOUND, also when the charge
 // belongs to another merchant: no merchant can learn another's charge IDs.
 func (s *Store) ChargeGet(ctx context.Context, merchantID, id string) (chargeonce.Charge, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.Charge{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
+	}
 	q, err := s.prepared(ctx)
 	if err != nil {
 		return chargeonce.Charge{}, err
@@ -83,6 +86,9 @@ func (s *Store) ChargeGet(ctx context.Context, merchantID, id string) (chargeonc
 // ChargesListByOrder returns the merchant's charges for an order, newest
 // first; an empty, non-nil slice when there are none.
 func (s *Store) ChargesListByOrder(ctx context.Context, merchantID string, orderID int64) ([]chargeonce.Charge, error) {
+	if !chargeonce.ValidText(merchantID) {
+		return []chargeonce.Charge{}, nil
+	}
 	q, err := s.prepared(ctx)
 	if err != nil {
 		return nil, err

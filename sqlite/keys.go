@@ -148,6 +148,9 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 // A processing record is returned whatever its expiry: its charge is not
 // settled yet, and dropping the record would leave recovery nothing to find.
 func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
+	if err := p.CheckText(); err != nil {
+		return chargeonce.KeyRecord{}, false, err // what PostgreSQL cannot store, SQLite refuses too
+	}
 	q, err := s.prepared(ctx)
 	if err != nil {
 		return chargeonce.KeyRecord{}, false, err
@@ -236,6 +239,9 @@ func (s *Store) keyInsertTx(ctx context.Context, tx *sql.Tx, q *queries, p charg
 // KeyGet returns the record and its charge, or ENOTFOUND. It reads through
 // the read pool.
 func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.KeyRecord, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(key) {
+		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "idempotency key %q not found", key)
+	}
 	q, err := s.prepared(ctx)
 	if err != nil {
 		return chargeonce.KeyRecord{}, err

@@ -68,6 +68,7 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ChargesListByOrder", testChargesListByOrder},
 		{"ResponseBodyBytes", testResponseBodyBytes},
 		{"MigrateAgainAndPing", testMigrateAgainAndPing},
+		{"Hostile", testHostile},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

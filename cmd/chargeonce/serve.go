@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -25,6 +26,7 @@ const shutdownTimeout = 10 * time.Second
 // serveConfig is everything `serve` is configured with.
 type serveConfig struct {
 	addr, db, apiKeys, logLevel string
+	apiKeysFile, metricsAddr    string
 	acq                         acquirerFlags
 	lease, reconcileEvery       time.Duration
 	keyTTL, sweepEvery          time.Duration
@@ -37,6 +39,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.addr, "addr", DefaultAddr, "address to listen on")
 	fs.StringVar(&c.db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "API keys as merchant:secret pairs separated by commas (default: merchant demo, key sk_test_demo, loopback only)")
+	fs.StringVar(&c.apiKeysFile, "api-keys-file", "", "a file of API keys, merchant:secret or merchant:sha256:<hex> per line (# comments), so that ps and config repos show no secret; instead of --api-keys")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own (and not on --addr); default: /metrics on --addr")
 	fs.StringVar(&c.logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
 	c.acq.register(fs)
 	fs.DurationVar(&c.lease, "lease", engine.DefaultLease, "how long the attempt that inserted a key owns it before recovery may take over")
@@ -59,17 +63,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.lease <= c.acq.timeout {
 		return fmt.Errorf("--lease (%s) must be longer than --acquirer-timeout (%s): otherwise recovery could take over a charge whose attempt is still waiting for the acquirer", c.lease, c.acq.timeout)
 	}
-	keySpec := c.apiKeys
-	if keySpec == "" {
-		if !isLoopback(c.addr) {
-			return fmt.Errorf("--api-keys is required when --addr (%s) is not a loopback address: the demo key is public", c.addr)
-		}
-		keySpec = httpapi.DemoAPIKeys
-		log.Warn("no --api-keys configured: running with the demo merchant \"demo\" and key sk_test_demo (loopback only)")
-	}
-	keys, err := httpapi.ParseKeys(keySpec)
+	keys, err := c.keys(log)
 	if err != nil {
-		return fmt.Errorf("--api-keys: %w", err)
+		return err
+	}
+	if c.acq.target == "sim" && !isLoopback(c.addr) {
+		return fmt.Errorf("--acquirer sim (the default) is a demonstration that captures without moving money and serves /acquirer/ without authentication; "+
+			"it is refused on a non-loopback --addr (%s): run `chargeonce acquirer` (or a real acquirer) and pass its URL with --acquirer http://HOST:PORT, or listen on --addr 127.0.0.1:PORT", c.addr)
 	}
 	acq, sim, err := c.acq.build()
 	if err != nil {
@@ -99,16 +99,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Logger:          log,
 		Observer:        m,
 	})
-	api := httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: log, Metrics: m.Handler(), Outcomes: m})
-	var handler http.Handler = api
-	if sim != nil {
-		// The in-process simulator's API is mounted under /acquirer so
-		// operators and tests can read its captures and stats.
-		mux := http.NewServeMux()
-		mux.Handle("/acquirer/", http.StripPrefix("/acquirer", acquirer.Handler(sim)))
-		mux.Handle("/", api)
-		handler = mux
+	apiMetrics := m.Handler()
+	if c.metricsAddr != "" {
+		apiMetrics = nil // served on its own listener only
 	}
+	api := httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: m})
+	handler := withSimulator(api, sim, c.addr)
 
 	rescuer := recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: c.reconcileEvery, Logger: log, OnStuck: m.Stuck})
 	sweeper := recovery.NewSweeper(store, recovery.SweeperOptions{Every: c.sweepEvery, Logger: log})
@@ -116,6 +112,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
+	}
+	var metricsSrv *http.Server
+	if c.metricsAddr != "" {
+		mln, err := net.Listen("tcp", c.metricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.Handler())
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { _ = metricsSrv.Serve(mln) }()
+		defer metricsSrv.Close()
+		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 	srv := &http.Server{
 		Handler:           handler,
@@ -165,4 +175,49 @@ func storeFor(ctx context.Context, db string) (chargeonce.Store, error) {
 		return nil, fmt.Errorf("migrating %s: %w", redactURL(db), err)
 	}
 	return store, nil
+}
+
+// keys returns the API keys from --api-keys or --api-keys-file, or the demo
+// key on loopback when neither is given. Secrets never reach the log.
+func (c *serveConfig) keys(log *slog.Logger) (*httpapi.Keys, error) {
+	switch {
+	case c.apiKeys != "" && c.apiKeysFile != "":
+		return nil, fmt.Errorf("give --api-keys or --api-keys-file, not both (or their environment twins CHARGEONCE_API_KEYS and CHARGEONCE_API_KEYS_FILE)")
+	case c.apiKeysFile != "":
+		b, err := os.ReadFile(c.apiKeysFile)
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys-file: %w", err)
+		}
+		keys, err := httpapi.ParseKeys(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys-file %s: %w", c.apiKeysFile, err)
+		}
+		return keys, nil
+	case c.apiKeys != "":
+		keys, err := httpapi.ParseKeys(c.apiKeys)
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys: %w", err)
+		}
+		return keys, nil
+	}
+	if !isLoopback(c.addr) {
+		return nil, fmt.Errorf("--api-keys or --api-keys-file is required when --addr (%s) is not a loopback address: the demo key is public", c.addr)
+	}
+	log.Warn("no --api-keys configured: running with the demo merchant \"demo\" and key sk_test_demo (loopback only)")
+	return httpapi.ParseKeys(httpapi.DemoAPIKeys)
+}
+
+// withSimulator mounts the in-process simulator's API under /acquirer, so
+// operators and tests can read its captures and stats, but only when serve
+// listens on loopback: that API has no authentication and lists every
+// merchant's captures. (serve refuses the simulator off loopback anyway;
+// this keeps the mount safe on its own.)
+func withSimulator(api http.Handler, sim *acquirer.Simulator, addr string) http.Handler {
+	if sim == nil || !isLoopback(addr) {
+		return api
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/acquirer/", http.StripPrefix("/acquirer", acquirer.Handler(sim)))
+	mux.Handle("/", api)
+	return mux
 }
