@@ -11,11 +11,7 @@ test: ## the README's test command (finds or starts PostgreSQL by itself)
 	go test -race ./...
 
 test-v: ## the tests, printing their measurements (latencies, counts)
-<<<<<<< HEAD
-	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
-=======
-	go test -race -v -run 'Race|InFlight|Soak|Crash|Storm|GracefulShutdown' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
->>>>>>> hostile
+	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
 
 lint: ## go vet and gofmt
 	go vet ./...
