@@ -566,9 +566,9 @@ func TestStartStop(t *testing.T) {
 	r.Stop()
 	r.Stop() // idempotent
 	out := logs.String()
-	// A worker that backed the record off may claim it once more in the
-	// same pass when the back-off is this short: one or two claims.
-	for _, want := range []string{`msg="recovery pass" claimed=[12] settled=0 deferred=[12]`, `msg="recovery pass" claimed=1 settled=1`, "count=1 oldest_age="} {
+	// With a back-off this short, workers may claim the record again in the
+	// same pass (each claim is a lease of its own, driven by one worker).
+	for _, want := range []string{`msg="recovery pass" claimed=[1-9] settled=0 deferred=[1-9]`, `msg="recovery pass" claimed=1 settled=1`, "count=1 oldest_age="} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
