@@ -66,3 +66,39 @@ func TestLateSettlementOutlivesKeyTTL(t *testing.T) {
 		t.Fatalf("expires_at is %.3fs after the settlement, want the key TTL (2s)", left)
 	}
 }
+
+// TestForgetfulAcquirerCapturesOnce is issue 9's fourth case with real
+// processes: the stand-alone acquirer forgets references after 300ms
+// (--idempotency-window). tok_fail_after captures and loses the reply (202);
+// the client's retry after the window takes the record over and, instead
+// of sending the reference again (a second capture), looks it up and
+// answers 201 from the capture the acquirer holds.
+func TestForgetfulAcquirerCapturesOnce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ps := newProcs(t)
+	acq := ps.startAcquirer("acquirer", "--idempotency-window", "300ms")
+	// Recovery runs only at start: the retry is what re-drives the record.
+	a := ps.start("serve", serveArgs(withParams(url, "pool_max_conns", "4"), acq.URL(),
+		"--lease", "2s", "--acquirer-timeout", "1s", "--reconcile-every", "1h")...)
+
+	order, key := newOrder(), uniqueName("forgetful-")
+	body := chargeBody(order, "tok_fail_after")
+	c := &http.Client{Timeout: 30 * time.Second}
+	if got := charge(c, a.URL(), key, body); got.err != nil || got.status != 202 {
+		t.Fatalf("first attempt: %s; want 202 (captured, reply lost)", got)
+	}
+	time.Sleep(500 * time.Millisecond) // past the acquirer's window
+	got := charge(c, a.URL(), key, body)
+	if got.err != nil || got.status != 201 {
+		t.Fatalf("retry after the window: %s; want 201", got)
+	}
+	wantOneCapture(t, acquirerClient(acq), order, decodeCharge(t, got.body).ID)
+	st, err := acquirerClient(acq).Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CaptureRequests != 1 || st.Captures != 1 {
+		t.Fatalf("acquirer stats %+v; want the one capture request of the first attempt", st)
+	}
+}
