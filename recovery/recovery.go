@@ -30,9 +30,9 @@ const (
 // RescuerOptions configure a Rescuer. Zero fields take the defaults.
 type RescuerOptions struct {
 	Every time.Duration
-	// Parallelism is how many records a pass drives at once. Each of its
-	// workers claims one record at a time, just before driving it, so that
-	// no claimed record waits in a queue while its lease runs out: a lease
+	// Parallelism is how many records a pass drives at once. A record is
+	// claimed only when a driver is free to drive it at once, so that no
+	// claimed record waits in a queue while its lease runs out: a lease
 	// that ends before its record is driven lets another instance claim
 	// and send the same reference concurrently.
 	Parallelism int
@@ -92,21 +92,21 @@ type PassResult struct {
 // final answer. Records whose acquirer outcome is still unknown are backed
 // off and counted as deferred. A failed pass is reported to OnFailure.
 //
-// Parallelism workers each claim one record, drive it, and claim the next:
-// a record is claimed only when a worker is free to drive it at once, so
-// its lease (longer than the acquirer timeout, which bounds the lookup and
-// capture together) covers the whole of its acquirer call. A pass that
-// claimed a whole batch under one lease and drove it a few at a time let
-// the leases of the records still queued run out during a slow acquirer,
-// and another instance then claimed them and sent the same references
-// concurrently.
+// A record is claimed only when one of the Parallelism drivers is free to
+// drive it at once: the pass claims as many records as it has free drivers
+// (one statement), starts them, and claims more as drivers finish. Its
+// lease (longer than the acquirer timeout, which bounds the lookup and the
+// capture together) therefore covers the whole of its acquirer call. A pass
+// that claimed a whole batch under one lease and drove it a few at a time
+// let the leases of the records still queued run out during a slow
+// acquirer, and another instance then claimed them and sent the same
+// references concurrently.
 //
-// A pass ends when there is nothing left to claim, or when a worker claims
-// a record this pass already drove: while the acquirer is down, a record
-// backed off early in a long pass can be due again before the pass ends,
-// and without that check a large backlog would keep the pass going for as
-// long as the outage lasts, never reporting the stuck records it is meant
-// to report.
+// A pass ends when there is nothing left to claim, or when it claims a
+// record it already drove: while the acquirer is down, a record backed off
+// early in a long pass can be due again before the pass ends, and without
+// that check a large backlog would keep the pass going for as long as the
+// outage lasts, never reporting the stuck records it is meant to report.
 func (r *Rescuer) RunOnce(ctx context.Context) (PassResult, error) {
 	res, err := r.runOnce(ctx)
 	if err != nil && r.opts.OnFailure != nil && !errors.Is(err, context.Canceled) {
@@ -119,57 +119,66 @@ func (r *Rescuer) runOnce(ctx context.Context) (PassResult, error) {
 	lease := r.engine.Options().Lease
 	type recordKey struct{ merchant, key string }
 	var (
-		mu       sync.Mutex
-		res      PassResult
-		seen     = map[recordKey]bool{}
-		done     bool // a worker found the backlog empty or wrapped around
-		firstErr error
-		wg       sync.WaitGroup
+		mu   sync.Mutex
+		res  PassResult
+		wg   sync.WaitGroup
+		seen = map[recordKey]bool{}
+		free = make(chan struct{}, r.opts.Parallelism) // one token per idle driver
+		err  error
 	)
 	for range r.opts.Parallelism {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				stop := done || ctx.Err() != nil
-				mu.Unlock()
-				if stop {
-					return
-				}
-				recs, err := r.store.KeysClaimExpired(ctx, lease, 1)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				if err != nil || len(recs) == 0 {
-					done = true
-					mu.Unlock()
-					return
-				}
-				rec := recs[0]
-				k := recordKey{rec.MerchantID, rec.Key}
-				if seen[k] {
-					done = true
-				}
-				seen[k] = true
-				res.Claimed++
-				mu.Unlock()
-				// A record claimed a second time is driven too: it is
-				// ours now, and leaving it would only delay it by a
-				// whole lease.
+		free <- struct{}{}
+	}
+	for again := false; !again; {
+		// Wait for a free driver, then take every other free one.
+		select {
+		case <-free:
+		case <-ctx.Done():
+			again = true
+			continue
+		}
+		n := 1
+		for more := true; more && n < r.opts.Parallelism; {
+			select {
+			case <-free:
+				n++
+			default:
+				more = false
+			}
+		}
+		var recs []chargeonce.KeyRecord
+		recs, err = r.store.KeysClaimExpired(ctx, lease, n)
+		for range n - len(recs) {
+			free <- struct{}{}
+		}
+		if err != nil || len(recs) == 0 {
+			break
+		}
+		for _, rec := range recs {
+			k := recordKey{rec.MerchantID, rec.Key}
+			again = again || seen[k]
+			seen[k] = true
+			// A record claimed a second time is driven too: it is ours
+			// now, and leaving it would only delay it by a whole lease.
+			wg.Go(func() {
+				defer func() { free <- struct{}{} }()
 				settled := r.engine.Recover(ctx, rec, r.backoff(rec.RecoveryAttempts))
 				mu.Lock()
+				defer mu.Unlock()
 				if settled {
 					res.Settled++
 				} else {
 					res.Deferred++
 				}
-				mu.Unlock()
-			}
-		})
+			})
+		}
+		mu.Lock()
+		res.Claimed += len(recs)
+		mu.Unlock()
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return res, firstErr
+	if err != nil {
+		return res, err
 	}
 	stuck, err := r.store.KeysStuck(ctx)
 	if err != nil {
