@@ -127,8 +127,9 @@ func (c Capture) Result() chargeonce.CaptureResult {
 type Stats struct {
 	// CaptureRequests counts every valid capture request received.
 	CaptureRequests int64 `json:"capture_requests"`
-	// Captures counts distinct references that ended captured: how many
-	// times money moved. Declines are not captures.
+	// Captures counts captures that moved money: one per reference, or
+	// more when a reference was sent again after the idempotency window.
+	// Declines are not captures.
 	Captures int64 `json:"captures"`
 	// DuplicateRequests counts requests for a reference whose capture had
 	// already settled or was under way; they moved no money. A retry after
