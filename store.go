@@ -2,6 +2,7 @@ package chargeonce
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -39,16 +40,25 @@ type KeyRecord struct {
 	ResponseStatus   int
 	ResponseBody     []byte
 	CreatedAt        time.Time
-	ExpiresAt        time.Time
-	Charge           Charge
+	// ExpiresAt is when a completed record expires: KeyCompleteParams.TTL
+	// after it became final. It is zero while the record is processing: a
+	// record still owed an answer never expires.
+	ExpiresAt time.Time
+	// ExpiresIn is the time the record had left before ExpiresAt when it
+	// was read, computed by the database's clock (zero once expired, and
+	// while processing). Caches count it down on their own monotonic clock
+	// instead of comparing ExpiresAt with an instance's wall clock.
+	ExpiresIn time.Duration
+	Charge    Charge
 }
 
 // KeyInsertParams describe a new intent: its record and its processing charge.
+// A new record has no expiry: it expires only once completed (see
+// KeyCompleteParams.TTL).
 type KeyInsertParams struct {
 	Fingerprint string
 	Token       string
 	Lease       time.Duration
-	TTL         time.Duration
 	// Charge carries ID, MerchantID, IdempotencyKey and the request fields.
 	// Its Status is ignored: a new charge is always processing.
 	Charge Charge
@@ -63,6 +73,11 @@ type KeyCompleteParams struct {
 	DeclineCode    string
 	ResponseStatus int
 	ResponseBody   []byte
+	// TTL is how long the completed record is kept and replayed, counted
+	// from this completion by the database's clock: a charge settled late
+	// (by recovery, after a long acquirer outage) is still replayed for the
+	// whole TTL to the retries that come to learn its outcome.
+	TTL time.Duration
 }
 
 // StuckStats describe processing records whose lease has ended: orphans that
@@ -84,13 +99,14 @@ type Store interface {
 	// key is taken by a live record it returns that record and inserted=false.
 	// A completed record past its expiry is removed first (its charge is
 	// kept): a key reused after expiry is a new intent. A processing record
-	// is never removed, expired or not: it is a charge recovery has not
+	// has no expiry and is never removed: it is a charge recovery has not
 	// settled yet.
 	KeyInsert(ctx context.Context, p KeyInsertParams) (rec KeyRecord, inserted bool, err error)
 	// KeyGet returns the record, or an ENOTFOUND error.
 	KeyGet(ctx context.Context, merchantID, key string) (KeyRecord, error)
-	// KeyComplete stores the final response and the charge's final status, if
-	// and only if the record is still processing and owned by p.Token;
+	// KeyComplete stores the final response and the charge's final status,
+	// and sets the record to expire p.TTL from now (the database's clock),
+	// if and only if the record is still processing and owned by p.Token;
 	// otherwise it returns an ESTALE error and changes nothing.
 	KeyComplete(ctx context.Context, p KeyCompleteParams) error
 	// KeyRelease deletes a processing record and its charge when owned by
@@ -153,10 +169,37 @@ type CaptureResult struct {
 	DeclineCode string `json:"decline_code,omitempty"`
 }
 
-// Acquirer moves money. Capture is idempotent by reference. A nil error
-// means a definite answer (captured or declined); any error means the outcome
-// is unknown (timeout, 5xx, broken connection) and the capture must be
-// re-driven later with the same reference.
+// ErrCaptureRejected is matched (errors.Is) by a Capture error that is a
+// definite refusal: the acquirer understood the request and will not
+// capture it (an HTTP 4xx answer other than 404, 408, 409, 425 or 429). No
+// money moved, and sending the same request again would be refused again,
+// so the engine settles the charge as declined (DeclineAcquirerRejected)
+// instead of re-driving it forever.
+var ErrCaptureRejected = errors.New("the acquirer rejected the capture request")
+
+// DeclineAcquirerRejected is the decline code of a charge whose capture the
+// acquirer refused (ErrCaptureRejected).
+const DeclineAcquirerRejected = "acquirer_rejected"
+
+// Acquirer moves money.
+//
+// Capture is idempotent by reference, but only for a while: real acquirers
+// keep idempotency keys for a window, after which a repeated request moves
+// money again. A nil error means a definite answer (captured or declined);
+// an error matching ErrCaptureRejected means the acquirer refused the
+// request and moved no money; any other error means the outcome is unknown
+// (timeout, 5xx, broken connection).
+//
+// Lookup asks what became of a reference without moving money (GET
+// /v1/captures/{reference}). found=true with a nil error is the settled
+// capture (captured or declined). found=false with a nil error is a
+// definite "never captured": the acquirer has no capture under that
+// reference, so sending it is safe. Any error means the acquirer's state is
+// unknown (unreachable, or the capture is still under way). Recovery, and a
+// retry that takes over an expired lease, look a reference up before sending
+// it again, so that a reference the acquirer has forgotten is never captured
+// twice.
 type Acquirer interface {
 	Capture(ctx context.Context, req CaptureRequest) (CaptureResult, error)
+	Lookup(ctx context.Context, reference string) (res CaptureResult, found bool, err error)
 }

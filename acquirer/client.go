@@ -62,14 +62,39 @@ func (e *StatusError) Error() string {
 }
 
 // Is reports whether the answer was a 503, so that errors.Is(err,
-// ErrUnavailable) holds for the simulator in-process and over HTTP alike.
+// ErrUnavailable) holds for the simulator in-process and over HTTP alike,
+// and whether it was a definite refusal (chargeonce.ErrCaptureRejected; see
+// Rejected).
 func (e *StatusError) Is(target error) bool {
-	return target == ErrUnavailable && e.StatusCode == http.StatusServiceUnavailable
+	switch target {
+	case ErrUnavailable:
+		return e.StatusCode == http.StatusServiceUnavailable
+	case chargeonce.ErrCaptureRejected:
+		return Rejected(e.StatusCode)
+	}
+	return false
+}
+
+// Rejected reports whether an answer with status to a capture request is a
+// definite refusal: a 4xx that says the request itself will never be
+// captured, so nothing moved and sending it again cannot help. Excluded are
+// the 4xx answers that describe our configuration or a transient state
+// rather than the charge: 401 and 403 (our credentials: fix them and the
+// capture goes through), 404 (a wrong acquirer URL), 408, 409, 425 and 429
+// (try again later). Those stay unknown outcomes, re-driven with back-off.
+func Rejected(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusRequestTimeout,
+		http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
 }
 
 // Capture sends req to POST /v1/captures with req.Reference as its
-// Idempotency-Key. A nil error is the acquirer's definite answer; any error
-// means the outcome is unknown.
+// Idempotency-Key. A nil error is the acquirer's definite answer; an error
+// matching chargeonce.ErrCaptureRejected is a definite refusal (see
+// Rejected); any other error means the outcome is unknown.
 func (c *Client) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -100,6 +125,27 @@ func (c *Client) Capture(ctx context.Context, req chargeonce.CaptureRequest) (ch
 		return chargeonce.CaptureResult{}, fmt.Errorf("acquirer: capturing %s: unexpected answer: status %q, decline_code %q", req.Reference, res.Status, res.DeclineCode)
 	}
 	return res, nil
+}
+
+// Lookup implements chargeonce.Acquirer with GET /v1/captures/{reference}:
+// the settled capture (found), found=false on 404 (the acquirer holds no
+// capture under that reference), and an error for anything else, including
+// 409 (the capture is under way): the state is unknown then.
+func (c *Client) Lookup(ctx context.Context, reference string) (chargeonce.CaptureResult, bool, error) {
+	capture, found, err := c.Get(ctx, reference)
+	if err != nil || !found {
+		return chargeonce.CaptureResult{}, false, err
+	}
+	res := capture.Result()
+	switch {
+	case res.Reference != reference:
+		return chargeonce.CaptureResult{}, false, fmt.Errorf("acquirer: looking up %s: the answer is for reference %q", reference, res.Reference)
+	case res.Status == chargeonce.StatusCaptured && res.DeclineCode == "":
+	case res.Status == chargeonce.StatusDeclined:
+	default:
+		return chargeonce.CaptureResult{}, false, fmt.Errorf("acquirer: looking up %s: unexpected answer: status %q, decline_code %q", reference, res.Status, res.DeclineCode)
+	}
+	return res, true, nil
 }
 
 // Get returns the settled capture for reference; found is false on 404.

@@ -24,6 +24,13 @@
 // request for a reference that has settled (captured or declined) gets the
 // stored result. Neither moves money: both count as duplicate requests.
 //
+// Like a real acquirer, the simulator can forget: with an idempotency window
+// (Options.IdempotencyWindow, `--idempotency-window`) a request for a
+// reference more than the window after the first request of its window is
+// a new request and captures again. Lookup (GET /v1/captures/{reference})
+// still finds the first capture, which is why chargeonce looks a reference
+// up before re-driving it.
+//
 // The result of a repeated reference is the first result even when the
 // repeated request carries a different body (amount, token): the acquirer
 // deduplicates on the reference alone, as real acquirers do with their

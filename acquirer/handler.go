@@ -27,7 +27,8 @@ type captureResponse struct {
 // (`chargeonce acquirer`):
 //
 //	POST /v1/captures              capture; 200 {"reference","status","decline_code"}
-//	GET  /v1/captures/{reference}  the settled capture, or 404
+//	GET  /v1/captures/{reference}  the first settled capture (waiting for one
+//	                               under way); 404 when there is none
 //	GET  /v1/captures?order_id=N&merchant=M  the order's captures (JSON array)
 //	GET  /v1/stats                 {"capture_requests","captures","duplicate_requests"}
 //
@@ -37,7 +38,9 @@ type captureResponse struct {
 // that a client bug cannot capture under a reference it did not mean.
 //
 // Errors are application/problem+json: 400 validation-failed (naming the
-// field) or invalid-idempotency-key, 404 not-found, 405, 413, and 503
+// field) or invalid-idempotency-key, 404 not-found, 405, 409
+// request-in-progress (a GET that gave up waiting for a capture under way),
+// 413, and 503
 // unavailable for the fault tokens, whose outcome the client cannot
 // know. Answers carry Cache-Control: no-store.
 func Handler(sim *Simulator) http.Handler {
@@ -180,6 +183,19 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("reference")
 	c, ok := h.sim.Get(ref)
 	if !ok {
+		// A capture under way is waited for, as a repeated POST waits.
+		_, found, err := h.sim.Lookup(r.Context(), ref)
+		if err != nil {
+			// Not "never seen": the capture is under way and its outcome
+			// is not known yet.
+			writeError(w, chargeonce.Errorf(chargeonce.EINPROGRESS, "the capture for reference %q is still under way", ref))
+			return
+		}
+		c, ok = h.sim.Get(ref)
+		if found && ok {
+			writeJSON(w, http.StatusOK, c)
+			return
+		}
 		writeError(w, chargeonce.Errorf(chargeonce.ENOTFOUND, "no capture for reference %q", ref))
 		return
 	}
@@ -221,6 +237,7 @@ var problemStatus = map[string]struct {
 	chargeonce.EINVALID:     {http.StatusBadRequest, "Validation failed"},
 	chargeonce.EINVALIDKEY:  {http.StatusBadRequest, "Invalid Idempotency-Key"},
 	chargeonce.ENOTFOUND:    {http.StatusNotFound, "Not found"},
+	chargeonce.EINPROGRESS:  {http.StatusConflict, "Capture in progress"},
 	chargeonce.EMETHOD:      {http.StatusMethodNotAllowed, "Method not allowed"},
 	chargeonce.ETOOLARGE:    {http.StatusRequestEntityTooLarge, "Payload too large"},
 	chargeonce.EUNAVAILABLE: {http.StatusServiceUnavailable, "Service unavailable"},

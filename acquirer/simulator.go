@@ -58,6 +58,13 @@ type Options struct {
 	// (`--slow`). Zero means DefaultSlow; to make tok_slow fast in tests,
 	// use a small positive duration.
 	Slow time.Duration
+	// IdempotencyWindow (`--idempotency-window`) is how long the simulator
+	// remembers a reference, as a real acquirer keeps idempotency keys for
+	// a while only. A capture request for a reference more than
+	// IdempotencyWindow after the first request of its window is treated as
+	// new and moves money again (the window starts afresh with it); Get and
+	// Lookup still find the first capture. Zero means forever.
+	IdempotencyWindow time.Duration
 }
 
 // Validate reports options that make no sense, naming the flag, so that a
@@ -68,6 +75,9 @@ func (o Options) Validate() error {
 	}
 	if o.Slow < 0 {
 		return fmt.Errorf("--slow must not be negative; got %s", o.Slow)
+	}
+	if o.IdempotencyWindow < 0 {
+		return fmt.Errorf("--idempotency-window must not be negative; got %s", o.IdempotencyWindow)
 	}
 	return nil
 }
@@ -117,8 +127,9 @@ func (c Capture) Result() chargeonce.CaptureResult {
 type Stats struct {
 	// CaptureRequests counts every valid capture request received.
 	CaptureRequests int64 `json:"capture_requests"`
-	// Captures counts distinct references that ended captured: how many
-	// times money moved. Declines are not captures.
+	// Captures counts captures that moved money: one per reference, or
+	// more when a reference was sent again after the idempotency window.
+	// Declines are not captures.
 	Captures int64 `json:"captures"`
 	// DuplicateRequests counts requests for a reference whose capture had
 	// already settled or was under way; they moved no money. A retry after
@@ -152,13 +163,20 @@ type orderKey struct {
 }
 
 // reference is the simulator's state for one reference. Exactly one of
-// these holds: capture != nil (settled), run != nil (a capture under way),
-// or neither (the first request failed before capturing; the next request
-// starts afresh).
+// these holds: capture != nil (settled in the current idempotency window),
+// run != nil (a capture under way), or neither (the first request failed
+// before capturing, or the window ended; the next request starts afresh).
 type reference struct {
 	capture *Capture
 	run     *run
 	runs    int // captures started for this reference
+	// first is the reference's first settled capture, which Get and Lookup
+	// return even after the window has ended and the reference captured
+	// again.
+	first *Capture
+	// since is when the current idempotency window began: the first
+	// request for the reference, or the first after the last window ended.
+	since time.Time
 }
 
 // run is one capture under way, executed on its own goroutine.
@@ -211,6 +229,12 @@ func (s *Simulator) Capture(ctx context.Context, req chargeonce.CaptureRequest) 
 	s.stats.CaptureRequests++
 	for {
 		ref := s.refs[req.Reference]
+		if w := s.opts.IdempotencyWindow; w > 0 && ref != nil && ref.run == nil && time.Since(ref.since) > w {
+			// The acquirer has forgotten the reference: this request is a
+			// new one, and moves money again if it captures.
+			ref.capture = nil
+			ref.since = time.Now()
+		}
 		switch {
 		case ref != nil && ref.capture != nil:
 			// Settled: the stored result, no money moves.
@@ -249,7 +273,7 @@ func (s *Simulator) Capture(ctx context.Context, req chargeonce.CaptureRequest) 
 
 		// Nothing captured yet: this request starts the capture.
 		if ref == nil {
-			ref = &reference{}
+			ref = &reference{since: time.Now()}
 			s.refs[req.Reference] = ref
 		}
 		r := s.start(ref, req)
@@ -323,6 +347,9 @@ func (s *Simulator) execute(ref *reference, r *run) {
 		s.stats.Captures++
 	}
 	ref.capture = c
+	if ref.first == nil {
+		ref.first = c
+	}
 	k := orderKey{c.Merchant, c.OrderID}
 	s.byOrder[k] = append(s.byOrder[k], c)
 	r.result = c.Result()
@@ -345,17 +372,58 @@ func (s *Simulator) pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Get returns the settled capture for reference. It reports false when the
-// reference never reached the simulator, when its capture is still under
-// way, and after a tok_fail_before request that captured nothing.
+// Get returns the first settled capture for reference. It reports false when
+// the reference never reached the simulator, when its first capture is still
+// under way, and after a tok_fail_before request that captured nothing.
 func (s *Simulator) Get(reference string) (Capture, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ref := s.refs[reference]
-	if ref == nil || ref.capture == nil {
+	if ref == nil || ref.first == nil {
 		return Capture{}, false
 	}
-	return *ref.capture, true
+	return *ref.first, true
+}
+
+// ErrInProgress is the error of a Lookup for a reference whose first
+// capture was still under way when the caller stopped waiting: the outcome
+// is not known yet.
+var ErrInProgress = errors.New("acquirer: the capture is still under way")
+
+// Lookup implements chargeonce.Acquirer: the first settled capture for
+// reference (found), or found=false when no capture exists under it (it
+// never reached the simulator, or its requests failed before capturing).
+// While the reference's first capture is under way it waits for it, as a
+// repeated capture request does; if ctx ends first the error matches
+// ErrInProgress. It moves no money and is not counted in Stats.
+func (s *Simulator) Lookup(ctx context.Context, reference string) (chargeonce.CaptureResult, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return chargeonce.CaptureResult{}, false, err
+	}
+	s.mu.Lock()
+	for {
+		ref := s.refs[reference]
+		switch {
+		case ref == nil:
+			s.mu.Unlock()
+			return chargeonce.CaptureResult{}, false, nil
+		case ref.first != nil:
+			res := ref.first.Result()
+			s.mu.Unlock()
+			return res, true, nil
+		case ref.run == nil:
+			s.mu.Unlock()
+			return chargeonce.CaptureResult{}, false, nil
+		}
+		done := ref.run.done
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return chargeonce.CaptureResult{}, false, fmt.Errorf("%w: reference %s: %w", ErrInProgress, reference, ctx.Err())
+		}
+		s.mu.Lock()
+	}
 }
 
 // ListByOrder returns every settled capture (captured or declined) of the
@@ -451,9 +519,17 @@ func (s *Simulator) Close() error {
 	return nil
 }
 
-// ValidateCaptureRequest checks req's fields. Errors are chargeonce.EINVALID
-// and name the offending field.
+// ValidateCaptureRequest checks req's fields. Errors are chargeonce.EINVALID,
+// name the offending field, and match chargeonce.ErrCaptureRejected: the
+// acquirer refuses the request and moves no money.
 func ValidateCaptureRequest(req chargeonce.CaptureRequest) error {
+	if err := validateCaptureRequest(req); err != nil {
+		return fmt.Errorf("%w: %w", chargeonce.ErrCaptureRejected, err)
+	}
+	return nil
+}
+
+func validateCaptureRequest(req chargeonce.CaptureRequest) error {
 	if !visibleASCII(req.Reference, MaxReferenceLen) {
 		return chargeonce.FieldError("reference", "reference must be 1 to %d visible ASCII characters", MaxReferenceLen)
 	}

@@ -148,7 +148,7 @@ func readPGRecord(rows pgx.Rows, withInserted bool) (rec stored, found bool, err
 func (c *pgCore) charge(ctx context.Context, key string, req *chargeRequest) (int, []byte, error) {
 	id, token := c.ids.next()
 	rows, err := c.pool.Query(ctx, postgres.Statements.KeyInsert,
-		merchant, key, bareFingerprint, token, bareLease, id, bareTTL,
+		merchant, key, bareFingerprint, token, bareLease, id,
 		req.OrderID, req.AmountCents, req.Currency, req.PaymentToken, req.Description)
 	if err != nil {
 		return 0, nil, fmt.Errorf("inserting key: %w", err)
@@ -183,7 +183,7 @@ func (c *pgCore) charge(ctx context.Context, key string, req *chargeRequest) (in
 	}
 	var n int
 	if err := c.pool.QueryRow(ctx, postgres.Statements.KeyComplete,
-		merchant, key, token, status, body, string(res.Status), res.DeclineCode).Scan(&n); err != nil {
+		merchant, key, token, status, body, string(res.Status), res.DeclineCode, bareTTL).Scan(&n); err != nil {
 		return 0, nil, fmt.Errorf("completing key: %w", err)
 	}
 	return status, body, nil
@@ -228,11 +228,11 @@ func (c *sqliteCore) charge(ctx context.Context, key string, req *chargeRequest)
 		return 0, nil, fmt.Errorf("beginning: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	var createdAt, leaseUntil, expiresAt int64
+	var createdAt, leaseUntil int64
 	var leaseExpired bool
 	err = tx.StmtContext(ctx, c.insert).QueryRowContext(ctx,
-		merchant, key, bareFingerprint, token, c.leaseMicros, id, c.ttlMicros,
-	).Scan(&createdAt, &leaseUntil, &leaseExpired, &expiresAt)
+		merchant, key, bareFingerprint, token, c.leaseMicros, id,
+	).Scan(&createdAt, &leaseUntil, &leaseExpired)
 	if errors.Is(err, sql.ErrNoRows) {
 		rec, err := readSQLiteRecord(tx.StmtContext(ctx, c.sel).QueryContext(ctx, merchant, key))
 		if err != nil {
@@ -267,7 +267,7 @@ func (c *sqliteCore) charge(ctx context.Context, key string, req *chargeRequest)
 		return 0, nil, fmt.Errorf("beginning: %w", err)
 	}
 	var chargeID string
-	if err := tx.StmtContext(ctx, c.complete).QueryRowContext(ctx, merchant, key, token, status, body).Scan(&chargeID); err != nil {
+	if err := tx.StmtContext(ctx, c.complete).QueryRowContext(ctx, merchant, key, token, status, body, c.ttlMicros).Scan(&chargeID); err != nil {
 		return 0, nil, fmt.Errorf("completing key: %w", err)
 	}
 	if _, err := tx.StmtContext(ctx, c.chargeComplete).ExecContext(ctx, chargeID, string(res.Status), res.DeclineCode); err != nil {

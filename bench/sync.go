@@ -109,7 +109,7 @@ func newCharges(ctx context.Context, s *sqlite.Store, clients int, d time.Durati
 				key := fmt.Sprintf("sync-%d", seq.Add(1))
 				token := idempotency.NewToken()
 				_, _, err := s.KeyInsert(ctx, chargeonce.KeyInsertParams{
-					Fingerprint: bareFingerprint, Token: token, Lease: bareLease, TTL: bareTTL,
+					Fingerprint: bareFingerprint, Token: token, Lease: bareLease,
 					Charge: chargeonce.Charge{
 						ID: idempotency.NewChargeID(), MerchantID: merchant, IdempotencyKey: key,
 						OrderID: 1, AmountCents: benchAmount, Currency: benchCurrency, PaymentToken: benchToken,
@@ -118,7 +118,7 @@ func newCharges(ctx context.Context, s *sqlite.Store, clients int, d time.Durati
 				if err == nil {
 					err = s.KeyComplete(ctx, chargeonce.KeyCompleteParams{
 						MerchantID: merchant, Key: key, Token: token, ChargeStatus: chargeonce.StatusCaptured,
-						ResponseStatus: 201, ResponseBody: body,
+						ResponseStatus: 201, ResponseBody: body, TTL: bareTTL,
 					})
 				}
 				if err != nil {

@@ -141,4 +141,14 @@ func TestRaceManyInstancesOneDatabase(t *testing.T) {
 	if timeouts.Load() == 0 {
 		t.Fatalf("no attempt timed out: the test did not exercise client timeouts")
 	}
+	// The instances are wired as serve wires them: replays went through
+	// each instance's replay cache, and some were answered from memory.
+	var hits int64
+	for _, inst := range insts {
+		hits += inst.Replays.Stats().Hits
+	}
+	t.Logf("replay caches answered %d replays from memory", hits)
+	if hits == 0 {
+		t.Fatalf("no replay was answered by a replay cache: the instances are not wired as serve wires them")
+	}
 }

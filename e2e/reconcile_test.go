@@ -27,7 +27,6 @@ func insertOrphans(t *testing.T, url string, n int, token string) (orders []int6
 			Fingerprint: idempotency.Fingerprint("POST", "/v1/charges", req),
 			Token:       idempotency.NewToken(),
 			Lease:       0,
-			TTL:         time.Hour,
 			Charge: chargeonce.Charge{
 				ID: idempotency.NewChargeID(), MerchantID: "demo", IdempotencyKey: fmt.Sprintf("orphan-%04d", i),
 				OrderID: req.OrderID, AmountCents: req.AmountCents, Currency: req.Currency, PaymentToken: req.PaymentToken,

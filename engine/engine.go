@@ -6,6 +6,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -195,7 +196,6 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		Fingerprint: fp,
 		Token:       token,
 		Lease:       e.opts.Lease,
-		TTL:         e.opts.KeyTTL,
 		Charge: chargeonce.Charge{
 			ID:             idempotency.NewChargeID(),
 			MerchantID:     merchantID,
@@ -230,7 +230,7 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		defer done()
 		// From here on, whatever happens to this process, recovery can
 		// finish the charge with the same reference.
-		return e.driveAttempt(ctx, rec, token), nil
+		return e.driveAttempt(ctx, rec, token, false), nil
 	}
 
 	if rec.Fingerprint != fp {
@@ -245,9 +245,10 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	}
 	// The attempt that owned the key is gone, or its unknown outcome's
 	// back-off is over. Rather than answer 409 until recovery gets there,
-	// this retry claims the record and re-drives the acquirer with the same
-	// reference: it needs a slot first. Without one the record stays as it
-	// is, for a later retry or recovery.
+	// this retry claims the record and re-drives it: it needs a slot first
+	// (without one the record stays as it is, for a later retry or
+	// recovery), then looks the reference up and sends it again only if
+	// the acquirer never captured it.
 	done, err := e.admit(client)
 	if err != nil {
 		if chargeonce.ErrorCode(err) == chargeonce.EOVERLOADED {
@@ -268,16 +269,19 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		}
 		return e.busy(claimed)
 	}
-	return e.driveAttempt(ctx, claimed, token), nil
+	return e.driveAttempt(ctx, claimed, token, true), nil
 }
 
 // driveAttempt drives rec as a client's attempt. An unknown outcome backs
 // the record off exactly as recovery would (and counts the attempt), so that
 // however many retries arrive, the acquirer is called at most once per
 // back-off interval; the 202 tells the client when to come back.
-func (e *Engine) driveAttempt(ctx context.Context, rec chargeonce.KeyRecord, token string) Response {
+//
+// lookFirst is for a record somebody else may already have sent to the
+// acquirer (a claim of an expired lease): see redrive.
+func (e *Engine) driveAttempt(ctx context.Context, rec chargeonce.KeyRecord, token string, lookFirst bool) Response {
 	d := e.Backoff(rec.RecoveryAttempts)
-	resp := e.drive(ctx, rec, token, d, false)
+	resp := e.run(ctx, rec, token, d, false, lookFirst)
 	if resp.Status == 202 {
 		resp.RetryAfter = d
 	}
@@ -396,29 +400,43 @@ func replay(rec chargeonce.KeyRecord) Response {
 }
 
 // Recover drives a record that recovery claimed (rec.Token is recovery's own
-// token) to a final answer. On an unknown outcome it backs the record off
-// for backoff and reports false.
+// token) to a final answer, looking its reference up before sending it
+// again. On an unknown outcome it backs the record off for backoff and
+// reports false.
 func (e *Engine) Recover(ctx context.Context, rec chargeonce.KeyRecord, backoff time.Duration) (settled bool) {
-	resp := e.drive(ctx, rec, rec.Token, backoff, true)
+	resp := e.redrive(ctx, rec, rec.Token, backoff, true)
 	return resp.Status != 202
 }
 
-// drive calls the acquirer for rec's charge and stores the final answer as
-// the attempt owning token. The acquirer is called with the charge's
-// reference, so driving the same record twice can never move money twice.
-//
-// The acquirer call and the writes after it run on a context detached from
-// the client's: a client that hangs up must not leave a charge half-done.
-//
-// When the record cannot be settled now, it is handed to recovery after
-// backoff (for a client's attempt too: see driveAttempt), counting the
-// failed attempt.
-func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering bool) Response {
-	ch := rec.Charge
-	base := context.WithoutCancel(ctx)
-	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
+// redrive drives a record somebody else may already have sent to the
+// acquirer (recovery, or a retry that took over an expired lease). Real
+// acquirers remember a reference only for their idempotency window, after
+// which sending it again would capture again; so redrive looks the reference
+// up first, settles from the capture the acquirer holds, and sends the
+// reference only when the acquirer definitely has none.
+func (e *Engine) redrive(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering bool) Response {
+	return e.run(ctx, rec, token, backoff, recovering, true)
+}
+
+// acquire asks the acquirer for rec's outcome: a lookup first when
+// lookFirst, then a capture with the charge's reference unless the lookup
+// found one. Both share ctx's deadline (one --acquirer-timeout), so the
+// acquirer work of a re-drive ends within its lease just as a first
+// attempt's does. A capture the acquirer definitely refused is a decline
+// (DeclineAcquirerRejected): nothing moved, and re-sending it would only be
+// refused again, forever.
+func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst bool) (chargeonce.CaptureResult, error) {
+	if lookFirst {
+		res, found, err := e.acquirer.Lookup(ctx, ch.Reference())
+		if err != nil {
+			return chargeonce.CaptureResult{}, fmt.Errorf("looking up reference %s: %w", ch.Reference(), err)
+		}
+		if found {
+			return res, nil
+		}
+	}
 	start := time.Now()
-	res, err := e.acquirer.Capture(actx, chargeonce.CaptureRequest{
+	res, err := e.acquirer.Capture(ctx, chargeonce.CaptureRequest{
 		Reference:    ch.Reference(),
 		OrderID:      ch.OrderID,
 		Merchant:     ch.MerchantID,
@@ -426,10 +444,36 @@ func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token stri
 		Currency:     ch.Currency,
 		PaymentToken: ch.PaymentToken,
 	})
-	cancel()
 	if e.opts.Observer != nil {
 		e.opts.Observer.AcquirerCall(time.Since(start), err)
 	}
+	if errors.Is(err, chargeonce.ErrCaptureRejected) {
+		e.log.Warn("the acquirer refused the capture; settling it as declined",
+			"charge_id", ch.ID, "merchant", ch.MerchantID, "decline_code", chargeonce.DeclineAcquirerRejected, "err", err)
+		return chargeonce.CaptureResult{Reference: ch.Reference(), Status: chargeonce.StatusDeclined, DeclineCode: chargeonce.DeclineAcquirerRejected}, nil
+	}
+	return res, err
+}
+
+// run calls the acquirer for rec's charge (see acquire) and stores the
+// final answer as the attempt owning token. The acquirer is called with the
+// charge's reference, so driving the same record twice within the
+// acquirer's idempotency window can never move money twice, and lookFirst
+// covers the time after it.
+//
+// The acquirer call and the writes after it run on a context detached from
+// the client's: a client that hangs up must not leave a charge half-done.
+//
+// When the record cannot be settled now, it is handed to recovery after
+// backoff (for a client's attempt too: see driveAttempt), counting the
+// failed attempt, so that a record is driven at most once per back-off
+// interval however many retries arrive.
+func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering, lookFirst bool) Response {
+	ch := rec.Charge
+	base := context.WithoutCancel(ctx)
+	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
+	res, err := e.acquire(actx, &ch, lookFirst)
+	cancel()
 	if err == nil && res.Status != chargeonce.StatusCaptured && res.Status != chargeonce.StatusDeclined {
 		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
 	}
@@ -454,6 +498,7 @@ func (e *Engine) drive(ctx context.Context, rec chargeonce.KeyRecord, token stri
 		DeclineCode:    final.DeclineCode,
 		ResponseStatus: resp.Status,
 		ResponseBody:   resp.Body,
+		TTL:            e.opts.KeyTTL,
 	})
 	switch {
 	case err == nil:

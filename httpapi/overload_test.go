@@ -397,7 +397,6 @@ func TestRetryAfterFromRemainingLease(t *testing.T) {
 				Fingerprint: idempotency.Fingerprint("POST", "/v1/charges", &req),
 				Token:       idempotency.NewToken(),
 				Lease:       3 * time.Second,
-				TTL:         time.Hour,
 				Charge: chargeonce.Charge{ID: idempotency.NewChargeID(), MerchantID: "demo", IdempotencyKey: "orphan",
 					OrderID: req.OrderID, AmountCents: req.AmountCents, Currency: req.Currency, PaymentToken: req.PaymentToken},
 			}); err != nil || !inserted {

@@ -129,15 +129,18 @@ func (s *Store) Close() error {
 
 // The columns of a record joined to its charge, in the order scanRecord
 // reads them: k is an idempotency_keys row (table or CTE), c its charge.
-// LeaseExpired, LeaseRemaining (in microseconds) and the expiry are
-// computed here, by the database's clock.
+// LeaseExpired, LeaseRemaining (in microseconds), the time left before
+// expiry and whether the record has expired are computed here, by the
+// database's clock. expires_at is NULL while the record is processing: it
+// never expires then.
 const recordColumns = `
 	k.merchant_id, k.key, k.fingerprint, k.token, k.state,
 	k.lease_until, k.lease_until <= now(),
 	GREATEST(0, (EXTRACT(EPOCH FROM k.lease_until - now()) * 1000000)::bigint),
 	k.recovery_attempts,
 	k.response_status, k.response_body, k.created_at, k.expires_at,
-	k.expires_at <= now(),
+	COALESCE(GREATEST(k.expires_at - now(), interval '0'), interval '0'),
+	COALESCE(k.expires_at <= now(), false),
 	c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
 	c.currency, c.payment_token, c.description, c.status, c.decline_code,
 	c.created_at`
@@ -148,6 +151,7 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 	var (
 		state       string
 		status      *int32
+		expiresAt   *time.Time
 		chStatus    string
 		declineCode *string
 		remaining   int64 // µs
@@ -155,8 +159,8 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 	dest := append(extra,
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
 		&rec.LeaseUntil, &rec.LeaseExpired, &remaining, &rec.RecoveryAttempts,
-		&status, &rec.ResponseBody, &rec.CreatedAt, &rec.ExpiresAt,
-		&expired,
+		&status, &rec.ResponseBody, &rec.CreatedAt, &expiresAt,
+		&rec.ExpiresIn, &expired,
 		&rec.Charge.ID, &rec.Charge.MerchantID, &rec.Charge.IdempotencyKey, &rec.Charge.OrderID, &rec.Charge.AmountCents,
 		&rec.Charge.Currency, &rec.Charge.PaymentToken, &rec.Charge.Description, &chStatus, &declineCode,
 		&rec.Charge.CreatedAt,
@@ -168,6 +172,9 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 	rec.LeaseRemaining = time.Duration(remaining) * time.Microsecond
 	if status != nil {
 		rec.ResponseStatus = int(*status)
+	}
+	if expiresAt != nil {
+		rec.ExpiresAt = *expiresAt
 	}
 	rec.Charge.Status = chargeonce.Status(chStatus)
 	if declineCode != nil {
@@ -188,14 +195,14 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 const keyInsertSQL = `
 WITH k AS (
 	INSERT INTO idempotency_keys
-		(merchant_id, key, fingerprint, token, state, lease_until, charge_id, expires_at)
-	VALUES ($1, $2, $3, $4, 'processing', now() + $5::interval, $6, now() + $7::interval)
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
+	VALUES ($1, $2, $3, $4, 'processing', now() + $5::interval, $6)
 	ON CONFLICT (merchant_id, key) DO NOTHING
 	RETURNING *
 ), c AS (
 	INSERT INTO charges
 		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status)
-	SELECT $6, $1, $2, $8, $9, $10, $11, $12, 'processing' FROM k
+	SELECT $6, $1, $2, $7, $8, $9, $10, $11, 'processing' FROM k
 	RETURNING *
 )
 SELECT true, ` + recordColumns + `
@@ -215,12 +222,14 @@ FROM idempotency_keys k JOIN charges c ON c.id = k.charge_id
 WHERE k.merchant_id = $1 AND k.key = $2`
 
 // keyCompleteSQL completes a record and its charge in one statement, as a
-// compare-and-set on the owner's token; it returns how many records it
-// completed (0 or 1).
+// compare-and-set on the owner's token, and starts the record's time to
+// live ($8) now: a record expires after it became final. It returns how many
+// records it completed (0 or 1).
 const keyCompleteSQL = `
 WITH k AS (
 	UPDATE idempotency_keys
-	SET state = 'completed', response_status = $4, response_body = $5, updated_at = now()
+	SET state = 'completed', response_status = $4, response_body = $5, updated_at = now(),
+		expires_at = now() + $8::interval
 	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
 	RETURNING charge_id
 ), c AS (
@@ -247,13 +256,13 @@ var Statements = struct {
 //
 // A completed record past its expiry is deleted (its charge is kept) and
 // the insert retried: a key reused after expiry is a new intent. A record
-// still processing at its expiry is not: it is an unsettled charge that only
+// still processing has no expiry: it is an unsettled charge that only
 // recovery may finish, and deleting it would leave a charge the acquirer may
 // have captured forever processing with nothing to re-drive it. The retry
-// still gets the existing record, and recovery settles it as usual.
+// gets the existing record, and recovery settles it as usual.
 //
-// lease_until and expires_at are now()+p.Lease and now()+p.TTL on the
-// database's clock.
+// lease_until is now()+p.Lease on the database's clock; expires_at stays
+// NULL until KeyComplete.
 func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
 	if err := p.CheckText(); err != nil {
 		return chargeonce.KeyRecord{}, false, err
@@ -262,7 +271,7 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 	for range keyInsertAttempts {
 		var inserted bool
 		rec, expired, err := scanRecord(s.pool.QueryRow(ctx, keyInsertSQL,
-			ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID, p.TTL,
+			ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID,
 			ch.OrderID, ch.AmountCents, ch.Currency, ch.PaymentToken, ch.Description,
 		), &inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -312,14 +321,15 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 }
 
 // KeyComplete is a compare-and-set on the attempt's token: the record is
-// completed and its charge given its final status in one statement, and only
-// if the record is still processing and p.Token still owns it. An attempt
+// completed (expiring p.TTL from now, by the database's clock) and its
+// charge given its final status in one statement, and only if the record is
+// still processing and p.Token still owns it. An attempt
 // whose lease recovery took over finds its token replaced and gets ESTALE,
 // so it can never overwrite the answer recovery stores.
 func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
 	var n int
 	err := s.pool.QueryRow(ctx, keyCompleteSQL,
-		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.ChargeStatus), p.DeclineCode,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.ChargeStatus), p.DeclineCode, p.TTL,
 	).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("completing idempotency key: %w", translate(err))

@@ -88,7 +88,7 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 	// And the schema works.
 	p := chargeonce.KeyInsertParams{
-		Fingerprint: "fp", Token: "tok", Lease: time.Minute, TTL: time.Hour,
+		Fingerprint: "fp", Token: "tok", Lease: time.Minute,
 		Charge: chargeonce.Charge{ID: "ch_1", MerchantID: "m", IdempotencyKey: "k", OrderID: 1, AmountCents: 1, Currency: "BRL", PaymentToken: "tok_ok"},
 	}
 	if _, inserted, err := stores[instances-1].KeyInsert(t.Context(), p); err != nil || !inserted {
@@ -129,7 +129,7 @@ func TestConflictReadTakesNoLock(t *testing.T) {
 	s := setup(t)
 	ctx := t.Context()
 	p := chargeonce.KeyInsertParams{
-		Fingerprint: "fp", Token: "tok_first", Lease: time.Minute, TTL: time.Hour,
+		Fingerprint: "fp", Token: "tok_first", Lease: time.Minute,
 		Charge: chargeonce.Charge{ID: "ch_1", MerchantID: "m", IdempotencyKey: "k", OrderID: 1, AmountCents: 1, Currency: "BRL", PaymentToken: "tok_ok"},
 	}
 	if _, inserted, err := s.KeyInsert(ctx, p); err != nil || !inserted {
@@ -202,7 +202,7 @@ func BenchmarkKeyInsert(b *testing.B) {
 	ctx := context.Background()
 	params := func(key string) chargeonce.KeyInsertParams {
 		return chargeonce.KeyInsertParams{
-			Fingerprint: "fp", Token: "tok_" + key, Lease: time.Minute, TTL: time.Hour,
+			Fingerprint: "fp", Token: "tok_" + key, Lease: time.Minute,
 			Charge: chargeonce.Charge{ID: "ch_" + key, MerchantID: "m", IdempotencyKey: key, OrderID: 1, AmountCents: 1, Currency: "BRL", PaymentToken: "tok_ok"},
 		}
 	}

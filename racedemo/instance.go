@@ -318,7 +318,6 @@ func (in *instance) warmKeyInsert(ctx context.Context, n int) error {
 				Fingerprint: "warmup",
 				Token:       token,
 				Lease:       time.Minute,
-				TTL:         time.Minute,
 				Charge: chargeonce.Charge{
 					ID:             idempotency.NewChargeID(),
 					MerchantID:     merchant,

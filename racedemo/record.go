@@ -71,3 +71,8 @@ func (r recordingAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRe
 	a.Captured = err == nil && res.Status == chargeonce.StatusCaptured
 	return res, err
 }
+
+// Lookup passes through: the demonstration's attempts never re-drive.
+func (r recordingAcquirer) Lookup(ctx context.Context, reference string) (chargeonce.CaptureResult, bool, error) {
+	return r.acq.Lookup(ctx, reference)
+}

@@ -22,7 +22,6 @@ import (
 // Defaults of RescuerOptions.
 const (
 	DefaultEvery       = 5 * time.Second
-	DefaultBatch       = 100
 	DefaultParallelism = 8
 	DefaultBackoffBase = time.Second
 	DefaultBackoffMax  = 5 * time.Minute
@@ -30,8 +29,12 @@ const (
 
 // RescuerOptions configure a Rescuer. Zero fields take the defaults.
 type RescuerOptions struct {
-	Every       time.Duration
-	Batch       int
+	Every time.Duration
+	// Parallelism is how many records a pass drives at once. A record is
+	// claimed only when a driver is free to drive it at once, so that no
+	// claimed record waits in a queue while its lease runs out: a lease
+	// that ends before its record is driven lets another instance claim
+	// and send the same reference concurrently.
 	Parallelism int
 	// BackoffBase and BackoffMax bound how long a record whose acquirer
 	// outcome stays unknown waits before its next attempt: base * 2^n,
@@ -41,6 +44,10 @@ type RescuerOptions struct {
 	Logger      *slog.Logger
 	// OnStuck, when set, receives the orphan statistics after every pass.
 	OnStuck func(chargeonce.StuckStats)
+	// OnFailure, when set, is called with the error of every pass that
+	// failed (the database unreachable, typically), so that the stuck
+	// metrics keep moving while OnStuck cannot be told anything new.
+	OnFailure func(error)
 }
 
 // Rescuer is the recovery loop.
@@ -57,9 +64,6 @@ type Rescuer struct {
 func NewRescuer(store chargeonce.Store, eng *engine.Engine, opts RescuerOptions) *Rescuer {
 	if opts.Every <= 0 {
 		opts.Every = DefaultEvery
-	}
-	if opts.Batch <= 0 {
-		opts.Batch = DefaultBatch
 	}
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = DefaultParallelism
@@ -84,41 +88,97 @@ type PassResult struct {
 	Stuck    chargeonce.StuckStats
 }
 
-// RunOnce claims every record whose lease has ended (in batches) and drives
-// each to a final answer. Records whose acquirer outcome is still unknown
-// are backed off and counted as deferred.
+// RunOnce claims every record whose lease has ended and drives each to a
+// final answer. Records whose acquirer outcome is still unknown are backed
+// off and counted as deferred. A failed pass is reported to OnFailure.
 //
-// A pass ends when a batch comes back short, or when it holds a record this
-// pass already drove: while the acquirer is down, a record backed off early
-// in a long pass can be due again before the pass ends, and without that
-// check a backlog larger than a batch would keep the pass going for as long
-// as the outage lasts, never reporting the stuck records it is meant to
-// report.
+// A record is claimed only when one of the Parallelism drivers is free to
+// drive it at once: the pass claims as many records as it has free drivers
+// (one statement), starts them, and claims more as drivers finish. Its
+// lease (longer than the acquirer timeout, which bounds the lookup and the
+// capture together) therefore covers the whole of its acquirer call. A pass
+// that claimed a whole batch under one lease and drove it a few at a time
+// let the leases of the records still queued run out during a slow
+// acquirer, and another instance then claimed them and sent the same
+// references concurrently.
+//
+// A pass ends when there is nothing left to claim, or when it claims a
+// record it already drove: while the acquirer is down, a record backed off
+// early in a long pass can be due again before the pass ends, and without
+// that check a large backlog would keep the pass going for as long as the
+// outage lasts, never reporting the stuck records it is meant to report.
 func (r *Rescuer) RunOnce(ctx context.Context) (PassResult, error) {
-	var res PassResult
+	res, err := r.runOnce(ctx)
+	if err != nil && r.opts.OnFailure != nil && !errors.Is(err, context.Canceled) {
+		r.opts.OnFailure(err)
+	}
+	return res, err
+}
+
+func (r *Rescuer) runOnce(ctx context.Context) (PassResult, error) {
 	lease := r.engine.Options().Lease
 	type recordKey struct{ merchant, key string }
-	seen := map[recordKey]bool{}
-	for {
-		recs, err := r.store.KeysClaimExpired(ctx, lease, r.opts.Batch)
-		if err != nil {
-			return res, err
+	var (
+		mu   sync.Mutex
+		res  PassResult
+		wg   sync.WaitGroup
+		seen = map[recordKey]bool{}
+		free = make(chan struct{}, r.opts.Parallelism) // one token per idle driver
+		err  error
+	)
+	for range r.opts.Parallelism {
+		free <- struct{}{}
+	}
+	for again := false; !again; {
+		// Wait for a free driver, then take every other free one.
+		select {
+		case <-free:
+		case <-ctx.Done():
+			again = true
+			continue
 		}
-		again := false
+		n := 1
+		for more := true; more && n < r.opts.Parallelism; {
+			select {
+			case <-free:
+				n++
+			default:
+				more = false
+			}
+		}
+		var recs []chargeonce.KeyRecord
+		recs, err = r.store.KeysClaimExpired(ctx, lease, n)
+		for range n - len(recs) {
+			free <- struct{}{}
+		}
+		if err != nil || len(recs) == 0 {
+			break
+		}
 		for _, rec := range recs {
 			k := recordKey{rec.MerchantID, rec.Key}
 			again = again || seen[k]
 			seen[k] = true
+			// A record claimed a second time is driven too: it is ours
+			// now, and leaving it would only delay it by a whole lease.
+			wg.Go(func() {
+				defer func() { free <- struct{}{} }()
+				settled := r.engine.Recover(ctx, rec, r.backoff(rec.RecoveryAttempts))
+				mu.Lock()
+				defer mu.Unlock()
+				if settled {
+					res.Settled++
+				} else {
+					res.Deferred++
+				}
+			})
 		}
+		mu.Lock()
 		res.Claimed += len(recs)
-		// Records claimed a second time are driven too: they are ours now,
-		// and leaving them would only delay them by a whole lease.
-		settled := r.drive(ctx, recs)
-		res.Settled += settled
-		res.Deferred += len(recs) - settled
-		if len(recs) < r.opts.Batch || again || ctx.Err() != nil {
-			break
-		}
+		mu.Unlock()
+	}
+	wg.Wait()
+	if err != nil {
+		return res, err
 	}
 	stuck, err := r.store.KeysStuck(ctx)
 	if err != nil {
@@ -129,31 +189,6 @@ func (r *Rescuer) RunOnce(ctx context.Context) (PassResult, error) {
 		r.opts.OnStuck(stuck)
 	}
 	return res, nil
-}
-
-func (r *Rescuer) drive(ctx context.Context, recs []chargeonce.KeyRecord) int {
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		settled int
-		sem     = make(chan struct{}, r.opts.Parallelism)
-	)
-	for _, rec := range recs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ok := r.engine.Recover(ctx, rec, r.backoff(rec.RecoveryAttempts))
-			if ok {
-				mu.Lock()
-				settled++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return settled
 }
 
 // backoff is base * 2^attempts, capped at max, with "equal jitter": a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,14 @@ func (a *testAcquirer) Capture(ctx context.Context, req chargeonce.CaptureReques
 		return chargeonce.CaptureResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
 	}
 	return a.next.Capture(ctx, req)
+}
+
+// Lookup passes through, unless down.
+func (a *testAcquirer) Lookup(ctx context.Context, reference string) (chargeonce.CaptureResult, bool, error) {
+	if a.down.Load() {
+		return chargeonce.CaptureResult{}, false, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	return a.next.Lookup(ctx, reference)
 }
 
 // callsPer returns how many requests each reference got.
@@ -161,7 +170,6 @@ func orphan(t *testing.T, s chargeonce.Store, key string, req *chargeonce.Charge
 		Fingerprint: idempotency.Fingerprint("POST", "/v1/charges", req),
 		Token:       idempotency.NewToken(),
 		Lease:       0,
-		TTL:         time.Hour,
 		Charge: chargeonce.Charge{
 			ID:             idempotency.NewChargeID(),
 			MerchantID:     "demo",
@@ -241,8 +249,10 @@ func TestRunOnceSettlesOrphans(t *testing.T) {
 			t.Errorf("order %d captured %d times, want 1", o, n)
 		}
 	}
-	if st := e.sim.Stats(); st.Captures != 2 || st.DuplicateRequests != 1 {
-		t.Errorf("acquirer stats %+v; want 2 captures and the re-driven one counted as a duplicate", st)
+	// The capture of the attempt that died was found by the lookup, not
+	// sent again; the two never sent were sent once each.
+	if st := e.sim.Stats(); st.Captures != 2 || st.CaptureRequests != 3 || st.DuplicateRequests != 0 {
+		t.Errorf("acquirer stats %+v; want 2 captures, 3 requests and no re-sent reference", st)
 	}
 	// Nothing left: a second pass claims nothing.
 	if res, err := r.RunOnce(t.Context()); err != nil || res.Claimed != 0 {
@@ -268,9 +278,9 @@ func TestTwoRescuersClaimEachOrphanOnce(t *testing.T) {
 		s := &countingStore{Store: apitest.PostgresStoreAt(t, url), counter: counter, ready: &ready}
 		stores = append(stores, s)
 		eng := engine.New(s, acq, engine.Options{Lease: 10 * time.Second, AcquirerTimeout: 5 * time.Second})
-		// Small batches, so that each rescuer goes back for more while
-		// the other is still claiming.
-		rescuers = append(rescuers, recovery.NewRescuer(s, eng, recovery.RescuerOptions{Batch: 25}))
+		// Each worker claims one record at a time, so each rescuer goes
+		// back for more while the other is still claiming.
+		rescuers = append(rescuers, recovery.NewRescuer(s, eng, recovery.RescuerOptions{}))
 	}
 	refs := map[string]string{} // key -> reference
 	for i := range orphans {
@@ -350,8 +360,10 @@ func TestWriteFailsEveryRetry(t *testing.T) {
 	if !bytes.Contains(final.Body, []byte(rec.Charge.ID)) || !bytes.Contains(final.Body, []byte(`"captured"`)) {
 		t.Fatalf("replay %s is not charge %s captured", final.Body, rec.Charge.ID)
 	}
-	if n := e.acq.callsPer()[rec.Charge.Reference()]; n != 2 {
-		t.Errorf("acquirer got %d requests for the reference, want 2 (the attempt and recovery)", n)
+	// Recovery looked the reference up and settled from the capture the
+	// acquirer holds: it did not send it again.
+	if n := e.acq.callsPer()[rec.Charge.Reference()]; n != 1 {
+		t.Errorf("acquirer got %d capture requests for the reference, want 1 (the attempt; recovery looks it up)", n)
 	}
 	if n := e.sim.CapturedCount("demo", req.OrderID); n != 1 {
 		t.Errorf("acquirer captured %d times, want 1", n)
@@ -497,20 +509,20 @@ func waitDue(t *testing.T, s chargeonce.Store, key string) {
 	}
 }
 
-// TestRunOnceEndsDuringOutage: with more stuck records than a batch and a
-// back-off shorter than a batch takes, records become due again before the
-// pass is over. The pass must still end (and report them), rather than go
+// TestRunOnceEndsDuringOutage: with more stuck records than the workers
+// and a back-off shorter than a round takes, records become due again
+// before the pass is over. The pass must still end (and report them), rather than go
 // round the same records for as long as the acquirer stays down.
 func TestRunOnceEndsDuringOutage(t *testing.T) {
 	t.Parallel()
-	const orphans, batch = 30, 10
+	const orphans, workers = 30, 10
 	e := setup(t, nil, engine.Options{})
 	e.acq.down.Store(true)
 	for i := range orphans {
 		orphan(t, e.store, fmt.Sprintf("o-%02d", i), request("tok_ok"))
 	}
 	r := recovery.NewRescuer(e.store, e.eng, recovery.RescuerOptions{
-		Batch: batch, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond,
+		Parallelism: workers, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond,
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -518,8 +530,8 @@ func TestRunOnceEndsDuringOutage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunOnce did not end by itself: %+v, %v", res, err)
 	}
-	if res.Claimed < orphans || res.Claimed > orphans+batch || res.Settled != 0 {
-		t.Fatalf("RunOnce = %+v; want every orphan tried once (at most one batch again), none settled", res)
+	if res.Claimed < orphans || res.Claimed > orphans+workers || res.Settled != 0 {
+		t.Fatalf("RunOnce = %+v; want every orphan tried once (at most one per worker again), none settled", res)
 	}
 	if res.Stuck.Count != orphans {
 		t.Fatalf("RunOnce reported %d stuck, want %d", res.Stuck.Count, orphans)
@@ -557,8 +569,10 @@ func TestStartStop(t *testing.T) {
 	r.Stop()
 	r.Stop() // idempotent
 	out := logs.String()
-	for _, want := range []string{`msg="recovery pass" claimed=1 settled=0 deferred=1`, `msg="recovery pass" claimed=1 settled=1`, "count=1 oldest_age="} {
-		if !strings.Contains(out, want) {
+	// With a back-off this short, workers may claim the record again in the
+	// same pass (each claim is a lease of its own, driven by one worker).
+	for _, want := range []string{`msg="recovery pass" claimed=[1-9] settled=0 deferred=[1-9]`, `msg="recovery pass" claimed=1 settled=1`, "count=1 oldest_age="} {
+		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
 	}

@@ -14,10 +14,14 @@
 //     holds;
 //   - keys entries by (merchant, key), so that one merchant can never be
 //     answered with another's record;
-//   - serves an entry only until its ExpiresAt minus a safety margin for the
-//     skew between the database's clock (which set ExpiresAt) and this
-//     instance's; from then on the store decides again, and a key reused
-//     after expiry is a new intent there;
+//   - serves an entry only for the time the record had left when it was
+//     read (KeyRecord.ExpiresIn, computed by the database's clock), counted
+//     down on this instance's monotonic clock, less a small margin for the
+//     time the answer took to arrive; from then on the store decides
+//     again, and a key reused after expiry is a new intent there. The
+//     instance's wall clock never decides: an instance whose clock is off
+//     neither replays a record the database has expired nor stops caching
+//     records the database keeps;
 //   - holds a bounded number of entries, least recently used out first.
 //
 // A hit answers KeyInsert with the record and inserted=false, exactly as
@@ -47,9 +51,11 @@ const (
 	// busy instance, which is where retries come from.
 	DefaultMaxEntries = 10_000
 	// DefaultSkewMargin is how long before a record's expiry the cache
-	// stops serving it. Clocks of instances and database kept by NTP agree
-	// within far less; a minute is generous, and costs nothing but a few
-	// extra reads in the last minute of a key's 24 hours.
+	// stops serving it. The time left is the database's, counted from when
+	// the answer arrived, so the margin only has to cover the time between
+	// the database computing it and the answer arriving (and any drift of
+	// the monotonic clock); a minute is generous, and costs nothing but a
+	// few extra reads in the last minute of a key's 24 hours.
 	DefaultSkewMargin = time.Minute
 )
 
@@ -61,7 +67,9 @@ const shards = 16
 type Options struct {
 	MaxEntries int
 	SkewMargin time.Duration
-	// Now is the instance's clock; tests set it.
+	// Now is the instance's clock; tests set it. Only the differences
+	// between its readings matter (time.Now carries a monotonic reading),
+	// never its wall-clock value.
 	Now func() time.Time
 }
 
@@ -85,7 +93,8 @@ type entryKey struct{ merchant, key string }
 type entry struct {
 	k   entryKey
 	rec chargeonce.KeyRecord
-	// until is when the entry stops being served: ExpiresAt - margin.
+	// until is when the entry stops being served: the time the record had
+	// left when read, less the margin, counted from the read on c.now.
 	until time.Time
 }
 
@@ -142,9 +151,10 @@ func (c *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 	if rec, ok := c.get(k); ok {
 		return rec, false, nil
 	}
+	read := c.now()
 	rec, inserted, err := c.Store.KeyInsert(ctx, p)
 	if err == nil && !inserted {
-		c.put(k, rec)
+		c.put(k, rec, read)
 	}
 	return rec, inserted, err
 }
@@ -156,9 +166,10 @@ func (c *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 	if rec, ok := c.get(k); ok {
 		return rec, nil
 	}
+	read := c.now()
 	rec, err := c.Store.KeyGet(ctx, merchantID, key)
 	if err == nil {
-		c.put(k, rec)
+		c.put(k, rec, read)
 	}
 	return rec, err
 }
@@ -178,7 +189,8 @@ func (c *Store) get(k entryKey) (chargeonce.KeyRecord, bool) {
 		return chargeonce.KeyRecord{}, false
 	}
 	e := el.Value.(*entry)
-	if !c.now().Before(e.until) {
+	now := c.now()
+	if !now.Before(e.until) {
 		// Near its expiry: the store decides from now on.
 		sh.lru.Remove(el)
 		delete(sh.m, k)
@@ -190,6 +202,9 @@ func (c *Store) get(k entryKey) (chargeonce.KeyRecord, bool) {
 	rec := e.rec
 	sh.mu.Unlock()
 	c.hits.Add(1)
+	// ExpiresIn was the time left at the read; what the caller gets says
+	// the time left now, as the store would.
+	rec.ExpiresIn = max(e.until.Sub(now)+c.margin, 0)
 	// The caller gets bytes of its own: nothing it does to them can change
 	// what later replays send.
 	rec.ResponseBody = bytes.Clone(rec.ResponseBody)
@@ -197,11 +212,14 @@ func (c *Store) get(k entryKey) (chargeonce.KeyRecord, bool) {
 }
 
 // put remembers rec when it is completed and far enough from its expiry.
-func (c *Store) put(k entryKey, rec chargeonce.KeyRecord) {
+// read is c.now() from before the store was asked: the record had
+// rec.ExpiresIn left at some instant after read, so counting from read never
+// serves it past its expiry.
+func (c *Store) put(k entryKey, rec chargeonce.KeyRecord, read time.Time) {
 	if rec.State != chargeonce.KeyCompleted || rec.MerchantID != k.merchant || rec.Key != k.key {
 		return
 	}
-	until := rec.ExpiresAt.Add(-c.margin)
+	until := read.Add(rec.ExpiresIn - c.margin)
 	if !c.now().Before(until) {
 		return
 	}

@@ -80,12 +80,11 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func intent(merchant, key string, ttl time.Duration) chargeonce.KeyInsertParams {
+func intent(merchant, key string) chargeonce.KeyInsertParams {
 	return chargeonce.KeyInsertParams{
 		Fingerprint: "fp-" + key,
 		Token:       randHex(16),
 		Lease:       time.Hour,
-		TTL:         ttl,
 		Charge: chargeonce.Charge{
 			ID: "ch_" + randHex(12), MerchantID: merchant, IdempotencyKey: key,
 			OrderID: 1, AmountCents: 100, Currency: "BRL", PaymentToken: "tok_ok",
@@ -111,13 +110,13 @@ func setup(t *testing.T, opts replaycache.Options) fixture {
 func (f fixture) completed(t *testing.T, merchant, key string, ttl time.Duration, body string) chargeonce.KeyInsertParams {
 	t.Helper()
 	ctx := context.Background()
-	p := intent(merchant, key, ttl)
+	p := intent(merchant, key)
 	if _, inserted, err := f.inner.Store.KeyInsert(ctx, p); err != nil || !inserted {
 		t.Fatalf("KeyInsert: inserted=%v err=%v", inserted, err)
 	}
 	if err := f.inner.Store.KeyComplete(ctx, chargeonce.KeyCompleteParams{
 		MerchantID: merchant, Key: key, Token: p.Token, ChargeStatus: chargeonce.StatusCaptured,
-		ResponseStatus: 201, ResponseBody: []byte(body),
+		ResponseStatus: 201, ResponseBody: []byte(body), TTL: ttl,
 	}); err != nil {
 		t.Fatalf("KeyComplete: %v", err)
 	}
@@ -131,7 +130,7 @@ func TestCompletedRecordIsServedFromMemoryAfterTheFirstRead(t *testing.T) {
 	p := f.completed(t, "m", "k", time.Hour, `{"id":"first"}`)
 
 	for i := range 5 {
-		rec, inserted, err := f.cache.KeyInsert(ctx, intent("m", "k", time.Hour))
+		rec, inserted, err := f.cache.KeyInsert(ctx, intent("m", "k"))
 		if err != nil || inserted {
 			t.Fatalf("retry %d: inserted=%v err=%v", i, inserted, err)
 		}
@@ -154,12 +153,12 @@ func TestProcessingRecordIsNeverCached(t *testing.T) {
 	t.Parallel()
 	f := setup(t, replaycache.Options{})
 	ctx := context.Background()
-	p := intent("m", "k", time.Hour)
+	p := intent("m", "k")
 	if _, inserted, err := f.cache.KeyInsert(ctx, p); err != nil || !inserted {
 		t.Fatalf("first KeyInsert: inserted=%v err=%v", inserted, err)
 	}
 	for range 3 {
-		rec, inserted, err := f.cache.KeyInsert(ctx, intent("m", "k", time.Hour))
+		rec, inserted, err := f.cache.KeyInsert(ctx, intent("m", "k"))
 		if err != nil || inserted || rec.State != chargeonce.KeyProcessing {
 			t.Fatalf("retry: state=%s inserted=%v err=%v", rec.State, inserted, err)
 		}
@@ -175,7 +174,7 @@ func TestProcessingRecordIsNeverCached(t *testing.T) {
 	}
 	// Once completed, the record is cached from its next read on.
 	if err := f.cache.KeyComplete(ctx, chargeonce.KeyCompleteParams{
-		MerchantID: "m", Key: "k", Token: p.Token, ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte("done"),
+		MerchantID: "m", Key: "k", Token: p.Token, ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte("done"), TTL: time.Hour,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -194,11 +193,11 @@ func TestEntriesAreScopedToTheMerchant(t *testing.T) {
 	f := setup(t, replaycache.Options{})
 	ctx := context.Background()
 	f.completed(t, "a", "k", time.Hour, "a's answer")
-	if rec, _, err := f.cache.KeyInsert(ctx, intent("a", "k", time.Hour)); err != nil || string(rec.ResponseBody) != "a's answer" {
+	if rec, _, err := f.cache.KeyInsert(ctx, intent("a", "k")); err != nil || string(rec.ResponseBody) != "a's answer" {
 		t.Fatalf("a: %q %v", rec.ResponseBody, err)
 	}
 	// Merchant b's first use of the same key is a new intent, in the store.
-	rec, inserted, err := f.cache.KeyInsert(ctx, intent("b", "k", time.Hour))
+	rec, inserted, err := f.cache.KeyInsert(ctx, intent("b", "k"))
 	if err != nil || !inserted || rec.MerchantID != "b" {
 		t.Fatalf("b: inserted=%v merchant=%q err=%v", inserted, rec.MerchantID, err)
 	}
@@ -207,28 +206,38 @@ func TestEntriesAreScopedToTheMerchant(t *testing.T) {
 	}
 }
 
+// An entry is served for the time the record had left when it was read (by
+// the database's clock), less the margin, counted on the instance's clock.
 func TestEntryIsNotServedPastExpiryMinusMargin(t *testing.T) {
 	t.Parallel()
 	const margin = time.Minute
 	f := setup(t, replaycache.Options{SkewMargin: margin})
 	ctx := context.Background()
 	f.completed(t, "m", "k", time.Hour, "x")
+	read := f.clock.now()
 	rec, err := f.cache.KeyGet(ctx, "m", "k") // cached
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.clock.set(rec.ExpiresAt.Add(-margin - time.Second))
-	if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil || f.inner.gets.Load() != 1 {
+	if rec.ExpiresIn <= time.Hour-time.Minute || rec.ExpiresIn > time.Hour {
+		t.Fatalf("ExpiresIn %v, want about an hour", rec.ExpiresIn)
+	}
+	f.clock.set(read.Add(rec.ExpiresIn - margin - time.Second))
+	got, err := f.cache.KeyGet(ctx, "m", "k")
+	if err != nil || f.inner.gets.Load() != 1 {
 		t.Fatalf("a second before the margin: err=%v, store reads %d, want 1", err, f.inner.gets.Load())
 	}
-	f.clock.set(rec.ExpiresAt.Add(-margin))
+	if got.ExpiresIn < margin || got.ExpiresIn > margin+2*time.Second {
+		t.Fatalf("served with ExpiresIn %v, want the time left counted down (about %v)", got.ExpiresIn, margin+time.Second)
+	}
+	f.clock.set(read.Add(rec.ExpiresIn - margin))
 	if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil || f.inner.gets.Load() != 2 {
 		t.Fatalf("at the margin: err=%v, store reads %d, want 2", err, f.inner.gets.Load())
 	}
-	// By this instance's clock the record is past its margin: it is not
-	// cached again, however often it is read.
-	if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil || f.inner.gets.Load() != 3 {
-		t.Fatalf("after the margin: err=%v, store reads %d, want 3", err, f.inner.gets.Load())
+	// Only this instance's clock moved: the database still gives the
+	// record an hour, so it is cached again for that hour.
+	if _, err := f.cache.KeyGet(ctx, "m", "k"); err != nil || f.inner.gets.Load() != 2 {
+		t.Fatalf("after the clock jumped: err=%v, store reads %d, want 2", err, f.inner.gets.Load())
 	}
 }
 

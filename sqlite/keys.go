@@ -16,24 +16,28 @@ import (
 const (
 	// sqlKeyInsert is the insert-first step: ON CONFLICT DO NOTHING tells,
 	// with no window, whether this attempt is the first. Parameters:
-	// merchant, key, fingerprint, token, lease µs, charge id, ttl µs.
+	// merchant, key, fingerprint, token, lease µs, charge id. A new record
+	// has no expiry (NULL): it expires only once completed.
 	sqlKeyInsert = `INSERT INTO idempotency_keys
 	(merchant_id, key, fingerprint, token, state, lease_until, recovery_attempts,
 	 charge_id, created_at, updated_at, expires_at)
 VALUES (?1, ?2, ?3, ?4, 'processing', ` + nowMicros + ` + ?5, 0,
-	?6, ` + nowMicros + `, ` + nowMicros + `, ` + nowMicros + ` + ?7)
+	?6, ` + nowMicros + `, ` + nowMicros + `, NULL)
 ON CONFLICT (merchant_id, key) DO NOTHING
-RETURNING created_at, lease_until, lease_until <= created_at, expires_at`
+RETURNING created_at, lease_until, lease_until <= created_at`
 
-	// keyColumns are the columns scanKey reads, in order. "gone" is not
-	// part of KeyRecord: it tells KeyInsert that the record is completed and
-	// past its expiry, so a new intent may take the key. A processing record
-	// past its expiry is an unsettled charge and is never gone.
+	// keyColumns are the columns scanKey reads, in order. The time left
+	// before expiry is computed here, by the database's clock (expires_at is
+	// NULL while processing). "gone" is not part of KeyRecord: it tells
+	// KeyInsert that the record is completed and past its expiry, so a new
+	// intent may take the key. A processing record has no expiry and is
+	// never gone.
 	keyColumns = `k.merchant_id, k.key, k.fingerprint, k.token, k.state,
 	k.lease_until, k.lease_until <= ` + nowMicros + `,
 	max(0, k.lease_until - ` + nowMicros + `), k.recovery_attempts,
 	k.response_status, k.response_body, k.created_at, k.expires_at,
-	k.state = 'completed' AND k.expires_at <= ` + nowMicros + `, ` + chargeColumnsC
+	coalesce(max(k.expires_at - ` + nowMicros + `, 0), 0),
+	coalesce(k.state = 'completed' AND k.expires_at <= ` + nowMicros + `, 0), ` + chargeColumnsC
 
 	sqlKeySelect = `SELECT ` + keyColumns + `
 FROM idempotency_keys k JOIN charges c ON c.id = k.charge_id
@@ -45,10 +49,12 @@ WHERE k.rowid = ?1`
 
 	sqlKeyDelete = `DELETE FROM idempotency_keys WHERE merchant_id = ?1 AND key = ?2 AND state = 'completed'`
 
-	// sqlKeyComplete is the compare-and-set on the owner's token.
+	// sqlKeyComplete is the compare-and-set on the owner's token; it starts
+	// the record's time to live (?6 µs) now: a record expires after it
+	// became final.
 	sqlKeyComplete = `UPDATE idempotency_keys
 SET state = 'completed', response_status = ?4, response_body = ?5,
-	updated_at = ` + nowMicros + `
+	updated_at = ` + nowMicros + `, expires_at = ` + nowMicros + ` + ?6
 WHERE merchant_id = ?1 AND key = ?2 AND token = ?3 AND state = 'processing'
 RETURNING charge_id`
 
@@ -109,7 +115,8 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 		state            string
 		leaseUntil       int64
 		createdAt        int64
-		expiresAt        int64
+		expiresAt        sql.NullInt64
+		expiresIn        int64
 		responseStatus   sql.NullInt64
 		responseBody     []byte
 		recoveryAttempts int64
@@ -118,7 +125,7 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 	dest := []any{
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
 		&leaseUntil, &rec.LeaseExpired, &remainingMicros, &recoveryAttempts,
-		&responseStatus, &responseBody, &createdAt, &expiresAt, &gone,
+		&responseStatus, &responseBody, &createdAt, &expiresAt, &expiresIn, &gone,
 	}
 	var c chargeRow
 	dest = append(dest, c.dest()...)
@@ -134,7 +141,10 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 	}
 	rec.ResponseBody = responseBody
 	rec.CreatedAt = fromMicros(createdAt)
-	rec.ExpiresAt = fromMicros(expiresAt)
+	if expiresAt.Valid {
+		rec.ExpiresAt = fromMicros(expiresAt.Int64)
+	}
+	rec.ExpiresIn = time.Duration(expiresIn) * time.Microsecond
 	rec.Charge = c.charge()
 	return rec, gone, nil
 }
@@ -145,8 +155,9 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 // the key is taken, the existing record is read in the same transaction; if
 // it is completed and past its expiry it is deleted (its charge is kept) and
 // the insert is made afresh, since a key reused after expiry is a new intent.
-// A processing record is returned whatever its expiry: its charge is not
-// settled yet, and dropping the record would leave recovery nothing to find.
+// A processing record has no expiry and is always returned: its charge is
+// not settled yet, and dropping the record would leave recovery nothing to
+// find.
 func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
 	if err := p.CheckText(); err != nil {
 		return chargeonce.KeyRecord{}, false, err // what PostgreSQL cannot store, SQLite refuses too
@@ -198,12 +209,12 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 // processing charge.
 func (s *Store) keyInsertTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
 	ch := p.Charge
-	var createdAt, leaseUntil, expiresAt int64
+	var createdAt, leaseUntil int64
 	var leaseExpired bool
 	err := tx.StmtContext(ctx, q.keyInsert).QueryRowContext(ctx,
 		ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token,
-		micros(p.Lease), ch.ID, micros(p.TTL),
-	).Scan(&createdAt, &leaseUntil, &leaseExpired, &expiresAt)
+		micros(p.Lease), ch.ID,
+	).Scan(&createdAt, &leaseUntil, &leaseExpired)
 	if errors.Is(err, sql.ErrNoRows) {
 		return chargeonce.KeyRecord{}, false, nil
 	}
@@ -228,7 +239,6 @@ func (s *Store) keyInsertTx(ctx context.Context, tx *sql.Tx, q *queries, p charg
 		LeaseUntil:   fromMicros(leaseUntil),
 		LeaseExpired: leaseExpired,
 		CreatedAt:    ch.CreatedAt,
-		ExpiresAt:    fromMicros(expiresAt),
 		Charge:       ch,
 
 		// Both ends are the database's clock, read by the insert itself.
@@ -257,7 +267,8 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 }
 
 // KeyComplete stores the final response and the charge's final status in one
-// transaction, if and only if the record is still processing and owned by
+// transaction, and sets the record to expire p.TTL from now (the database's
+// clock), if and only if the record is still processing and owned by
 // p.Token (a compare-and-set); otherwise ESTALE and nothing changes.
 func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
 	q, err := s.prepared(ctx)
@@ -272,7 +283,7 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 
 	var chargeID string
 	err = tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
-		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
 	).Scan(&chargeID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return stale(p.Key)
@@ -459,8 +470,8 @@ func claimableRowids(ctx context.Context, st *sql.Stmt, limit int) ([]int64, err
 
 // KeysDeleteExpired deletes up to limit completed records past their expiry
 // (by the database's clock) and returns how many it deleted. Their charges
-// are kept. Processing records are kept whatever their expiry: each is a
-// charge recovery has yet to settle.
+// are kept. Processing records have no expiry and are never deleted: each
+// is a charge recovery has yet to settle.
 func (s *Store) KeysDeleteExpired(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil

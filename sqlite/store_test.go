@@ -72,7 +72,6 @@ func params(merchant, key string, orderID int64) chargeonce.KeyInsertParams {
 		Fingerprint: "fp-" + key,
 		Token:       randHex(16),
 		Lease:       time.Hour,
-		TTL:         24 * time.Hour,
 		Charge: chargeonce.Charge{
 			ID:             "ch_" + randHex(12),
 			MerchantID:     merchant,
@@ -156,8 +155,8 @@ func TestKeyInsertAndGet(t *testing.T) {
 	if d := rec.Charge.CreatedAt.Sub(before); d < -time.Second || d > 5*time.Second {
 		t.Fatalf("CreatedAt %v is not near now %v", rec.Charge.CreatedAt, before)
 	}
-	if d := rec.ExpiresAt.Sub(rec.CreatedAt); d != 24*time.Hour {
-		t.Fatalf("ExpiresAt-CreatedAt = %v, want 24h", d)
+	if !rec.ExpiresAt.IsZero() {
+		t.Fatalf("ExpiresAt = %v for a processing record, want none", rec.ExpiresAt)
 	}
 	if d := rec.LeaseUntil.Sub(rec.CreatedAt); d != time.Hour {
 		t.Fatalf("LeaseUntil-CreatedAt = %v, want 1h", d)
@@ -247,7 +246,7 @@ func TestKeyCompleteStaleToken(t *testing.T) {
 	rec := mustInsert(t, s, params("m", "k", 1))
 
 	cp := chargeonce.KeyCompleteParams{
-		MerchantID: "m", Key: "k", Token: "not-the-owner",
+		MerchantID: "m", Key: "k", Token: "not-the-owner", TTL: time.Hour,
 		ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201,
 		ResponseBody: []byte(`{"stale":true}`),
 	}
@@ -424,10 +423,9 @@ func TestExpiry(t *testing.T) {
 	var old []chargeonce.KeyRecord
 	for i := 0; i < 5; i++ {
 		p := params("m", fmt.Sprintf("old%d", i), 1)
-		p.TTL = time.Millisecond
 		rec := mustInsert(t, s, p)
 		if err := s.KeyComplete(ctx, chargeonce.KeyCompleteParams{
-			MerchantID: "m", Key: rec.Key, Token: rec.Token,
+			MerchantID: "m", Key: rec.Key, Token: rec.Token, TTL: time.Millisecond,
 			ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte("{}"),
 		}); err != nil {
 			t.Fatalf("KeyComplete: %v", err)
@@ -435,9 +433,8 @@ func TestExpiry(t *testing.T) {
 		old = append(old, rec)
 	}
 	mustInsert(t, s, params("m", "young", 1))
-	// Expired but unsettled: kept by the sweeper and by KeyInsert.
+	// Unsettled: no expiry, kept by the sweeper and by KeyInsert.
 	unsettled := params("m", "unsettled", 1)
-	unsettled.TTL = time.Millisecond
 	mustInsert(t, s, unsettled)
 	time.Sleep(10 * time.Millisecond)
 	if rec, inserted, err := s.KeyInsert(ctx, params("m", "unsettled", 1)); err != nil || inserted || rec.Token != unsettled.Token {
@@ -592,8 +589,8 @@ func TestMigrateConcurrent(t *testing.T) {
 	if err := db.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 1 {
-		t.Fatalf("schema_migrations has %d rows, want 1", rows)
+	if rows != 2 {
+		t.Fatalf("schema_migrations has %d rows, want 2 (0001, 0002)", rows)
 	}
 }
 

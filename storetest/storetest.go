@@ -63,6 +63,8 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"DeleteExpiredBatches", testDeleteExpiredBatches},
 		{"ExpiredKeyIsNewIntent", testExpiredKeyIsNewIntent},
 		{"ExpiredProcessingKept", testExpiredProcessingKept},
+		{"ExpiryStartsAtCompletion", testExpiryStartsAtCompletion},
+		{"ExpiresInByDatabaseClock", testExpiresInByDatabaseClock},
 		{"Stuck", testStuck},
 		{"ChargeGetScopedToMerchant", testChargeGetScopedToMerchant},
 		{"ChargesListByOrder", testChargesListByOrder},
@@ -92,7 +94,6 @@ func newIntent(merchant, key string) chargeonce.KeyInsertParams {
 		Fingerprint: "fp_" + randHex(8),
 		Token:       "tok_" + randHex(8),
 		Lease:       longLease,
-		TTL:         longTTL,
 		Charge: chargeonce.Charge{
 			ID:             "ch_" + randHex(8),
 			MerchantID:     merchant,
@@ -129,12 +130,19 @@ func get(t *testing.T, s chargeonce.Store, merchant, key string) chargeonce.KeyR
 	return rec
 }
 
-// complete stores a captured answer for the record owned by token.
+// complete stores a captured answer for the record owned by token, kept
+// for longTTL.
 func complete(t *testing.T, s chargeonce.Store, merchant, key, token string, body []byte) {
+	t.Helper()
+	completeTTL(t, s, merchant, key, token, body, longTTL)
+}
+
+// completeTTL stores a captured answer kept for ttl from now.
+func completeTTL(t *testing.T, s chargeonce.Store, merchant, key, token string, body []byte, ttl time.Duration) {
 	t.Helper()
 	err := s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{
 		MerchantID: merchant, Key: key, Token: token,
-		ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: body,
+		ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: body, TTL: ttl,
 	})
 	if err != nil {
 		t.Fatalf("KeyComplete(%s/%s): %v", merchant, key, err)
@@ -195,9 +203,13 @@ func testInsertThenGet(t *testing.T, s chargeonce.Store) {
 		if rec.LeaseRemaining > longLease || !near(rec.LeaseRemaining, longLease) {
 			t.Fatalf("%s: LeaseRemaining %v, want just under the %v lease", what, rec.LeaseRemaining, longLease)
 		}
-		if rec.CreatedAt.IsZero() || !near(rec.LeaseUntil.Sub(rec.CreatedAt), longLease) || !near(rec.ExpiresAt.Sub(rec.CreatedAt), longTTL) {
-			t.Fatalf("%s: created %v, lease until %v, expires %v; want lease %v and TTL %v after creation",
-				what, rec.CreatedAt, rec.LeaseUntil, rec.ExpiresAt, longLease, longTTL)
+		if rec.CreatedAt.IsZero() || !near(rec.LeaseUntil.Sub(rec.CreatedAt), longLease) {
+			t.Fatalf("%s: created %v, lease until %v; want lease %v after creation",
+				what, rec.CreatedAt, rec.LeaseUntil, longLease)
+		}
+		// A processing record never expires.
+		if !rec.ExpiresAt.IsZero() || rec.ExpiresIn != 0 {
+			t.Fatalf("%s: a processing record expires at %v (in %v); want no expiry", what, rec.ExpiresAt, rec.ExpiresIn)
 		}
 		checkCharge(t, what, rec.Charge, p.Charge, chargeonce.StatusProcessing, "")
 	}
@@ -683,9 +695,8 @@ func testClaimExpiredLimitAndSkips(t *testing.T, s chargeonce.Store) {
 
 func testDeleteExpiredKeepsCharge(t *testing.T, s chargeonce.Store) {
 	old := newIntent("m1", "old")
-	old.TTL = 0 // expires at once
 	insert(t, s, old)
-	complete(t, s, "m1", "old", old.Token, []byte("done"))
+	completeTTL(t, s, "m1", "old", old.Token, []byte("done"), 0) // expires at once
 	live := newIntent("m1", "live")
 	insert(t, s, live)
 	complete(t, s, "m1", "live", live.Token, []byte("done"))
@@ -711,9 +722,8 @@ func testDeleteExpiredKeepsCharge(t *testing.T, s chargeonce.Store) {
 func testDeleteExpiredBatches(t *testing.T, s chargeonce.Store) {
 	for i := range 5 {
 		p := newIntent("m1", fmt.Sprintf("old-%d", i))
-		p.TTL = 0
 		insert(t, s, p)
-		complete(t, s, "m1", p.Charge.IdempotencyKey, p.Token, []byte("done"))
+		completeTTL(t, s, "m1", p.Charge.IdempotencyKey, p.Token, []byte("done"), 0)
 	}
 	var got []int
 	for range 4 {
@@ -730,9 +740,8 @@ func testDeleteExpiredBatches(t *testing.T, s chargeonce.Store) {
 
 func testExpiredKeyIsNewIntent(t *testing.T, s chargeonce.Store) {
 	old := newIntent("m1", "key-1")
-	old.TTL = 0
 	insert(t, s, old)
-	complete(t, s, "m1", "key-1", old.Token, []byte("first"))
+	completeTTL(t, s, "m1", "key-1", old.Token, []byte("first"), 0)
 
 	// Not swept yet: the insert itself must treat the record as gone.
 	again := newIntent("m1", "key-1")
@@ -754,13 +763,13 @@ func testExpiredKeyIsNewIntent(t *testing.T, s chargeonce.Store) {
 	}
 }
 
-// testExpiredProcessingKept: a record still processing when its TTL ends is
-// an unsettled charge. Neither the sweeper nor a reuse of the key may drop
-// it: recovery finds charges through their records, and without it a
+// testExpiredProcessingKept: a record still processing is an unsettled
+// charge, and never expires. Neither the sweeper nor a reuse of the key may
+// drop it: recovery finds charges through their records, and without it a
 // charge the acquirer may have captured would stay processing forever.
 func testExpiredProcessingKept(t *testing.T, s chargeonce.Store) {
 	p := newIntent("m1", "key-1")
-	p.TTL, p.Lease = 0, 0
+	p.Lease = 0
 	insert(t, s, p)
 
 	if n, err := s.KeysDeleteExpired(t.Context(), 100); err != nil || n != 0 {
@@ -779,9 +788,69 @@ func testExpiredProcessingKept(t *testing.T, s chargeonce.Store) {
 	}
 
 	// Once recovery settles it, it expires like any other.
-	complete(t, s, "m1", "key-1", recs[0].Token, []byte("settled"))
+	completeTTL(t, s, "m1", "key-1", recs[0].Token, []byte("settled"), 0)
 	if n, err := s.KeysDeleteExpired(t.Context(), 100); err != nil || n != 1 {
 		t.Fatalf("KeysDeleteExpired after settling: deleted %d, err %v; want 1", n, err)
+	}
+}
+
+// testExpiryStartsAtCompletion: a record expires its TTL after it became
+// final, however long it was processing. A charge settled late (recovery,
+// after an acquirer outage longer than the TTL) is replayed to the retries
+// that come to learn its outcome, for a whole TTL; counted from the insert,
+// it would be expired at its settlement, and the retry would charge again.
+func testExpiryStartsAtCompletion(t *testing.T, s chargeonce.Store) {
+	const ttl = 300 * time.Millisecond
+	p := newIntent("m1", "late")
+	p.Lease = 0
+	insert(t, s, p)
+	time.Sleep(2 * ttl) // processing for longer than the TTL
+	if n, err := s.KeysDeleteExpired(t.Context(), 100); err != nil || n != 0 {
+		t.Fatalf("KeysDeleteExpired while processing: deleted %d, err %v; want 0", n, err)
+	}
+	recs, err := s.KeysClaimExpired(t.Context(), longLease, 10)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("KeysClaimExpired: %d records, err %v; want the late record", len(recs), err)
+	}
+	completeTTL(t, s, "m1", "late", recs[0].Token, []byte("settled late"), ttl)
+
+	rec := get(t, s, "m1", "late")
+	if d := rec.ExpiresAt.Sub(rec.CreatedAt); d < 3*ttl {
+		t.Fatalf("expires %v after creation; want the TTL (%v) counted from the completion, over %v after creation", d, ttl, 2*ttl)
+	}
+	if n, err := s.KeysDeleteExpired(t.Context(), 100); err != nil || n != 0 {
+		t.Fatalf("KeysDeleteExpired right after the late completion: deleted %d, err %v; want 0", n, err)
+	}
+	again, inserted, err := s.KeyInsert(t.Context(), newIntent("m1", "late"))
+	if err != nil || inserted || !bytes.Equal(again.ResponseBody, []byte("settled late")) {
+		t.Fatalf("KeyInsert right after the late completion: inserted=%v body %q err %v; want the stored answer", inserted, again.ResponseBody, err)
+	}
+	// A TTL later it expires like any record.
+	time.Sleep(time.Until(rec.ExpiresAt) + 50*time.Millisecond)
+	if n, err := s.KeysDeleteExpired(t.Context(), 100); err != nil || n != 1 {
+		t.Fatalf("KeysDeleteExpired a TTL after the completion: deleted %d, err %v; want 1", n, err)
+	}
+}
+
+// testExpiresInByDatabaseClock: the store says how long a record has left,
+// computed by the database's clock, so that a cache never compares the
+// database's ExpiresAt with an instance's clock.
+func testExpiresInByDatabaseClock(t *testing.T, s chargeonce.Store) {
+	p := newIntent("m1", "kept")
+	insert(t, s, p)
+	completeTTL(t, s, "m1", "kept", p.Token, []byte("x"), time.Hour)
+	rec := get(t, s, "m1", "kept")
+	if !near(rec.ExpiresIn, time.Hour) || rec.ExpiresIn > time.Hour {
+		t.Fatalf("ExpiresIn %v, want about an hour (at most)", rec.ExpiresIn)
+	}
+	if replay, inserted, err := s.KeyInsert(t.Context(), newIntent("m1", "kept")); err != nil || inserted || !near(replay.ExpiresIn, time.Hour) {
+		t.Fatalf("KeyInsert replay: inserted=%v ExpiresIn %v err %v; want about an hour", inserted, replay.ExpiresIn, err)
+	}
+	gone := newIntent("m1", "gone")
+	insert(t, s, gone)
+	completeTTL(t, s, "m1", "gone", gone.Token, []byte("x"), 0)
+	if rec := get(t, s, "m1", "gone"); rec.ExpiresIn != 0 || rec.ExpiresAt.IsZero() {
+		t.Fatalf("an expired record: ExpiresIn %v ExpiresAt %v; want 0 and its expiry", rec.ExpiresIn, rec.ExpiresAt)
 	}
 }
 

@@ -117,6 +117,7 @@ type acquirerFlags struct {
 	timeout time.Duration
 	slow    time.Duration
 	latency time.Duration
+	window  time.Duration
 }
 
 func (a *acquirerFlags) register(fs *flag.FlagSet) {
@@ -124,6 +125,7 @@ func (a *acquirerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.timeout, "acquirer-timeout", 2*time.Second, "how long one acquirer call may take before its outcome counts as unknown")
 	fs.DurationVar(&a.slow, "slow", DefaultSlow, "with --acquirer sim: how long tok_slow takes")
 	fs.DurationVar(&a.latency, "latency", 0, "with --acquirer sim: a delay added to every capture")
+	fs.DurationVar(&a.window, "idempotency-window", 0, "with --acquirer sim: how long the simulator remembers a reference; a repeated capture after that moves money again (0: forever)")
 }
 
 // build returns the acquirer, and the simulator when it is in-process.
@@ -132,7 +134,11 @@ func (a *acquirerFlags) build() (chargeonce.Acquirer, *acquirer.Simulator, error
 		return nil, nil, fmt.Errorf("--acquirer-timeout must be positive")
 	}
 	if a.target == "sim" {
-		sim := acquirer.NewSimulator(acquirer.Options{Latency: a.latency, Slow: a.slow})
+		opts := acquirer.Options{Latency: a.latency, Slow: a.slow, IdempotencyWindow: a.window}
+		if a.window < 0 {
+			return nil, nil, opts.Validate()
+		}
+		sim := acquirer.NewSimulator(opts)
 		return sim, sim, nil
 	}
 	if !strings.HasPrefix(a.target, "http://") && !strings.HasPrefix(a.target, "https://") {

@@ -51,6 +51,8 @@ func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
 		{[]string{"serve", "--db", db, "--key-ttl", "-1s"}, "--key-ttl"},
 		{[]string{"serve", "--db", db, "--admission-wait", "0s"}, "--admission-wait"},
 		{[]string{"serve", "--db", db, "--acquirer", "ftp://x"}, "--acquirer"},
+		{[]string{"serve", "--db", db, "--idempotency-window", "-1s"}, "--idempotency-window"},
+		{[]string{"acquirer", "--addr", "127.0.0.1:0", "--idempotency-window", "-1s"}, "--idempotency-window"},
 		{[]string{"serve", "--db", db, "--api-keys", "nocolon"}, "--api-keys"},
 		{[]string{"serve", "--db", db, "--log-level", "loud"}, "--log-level"},
 		{[]string{"serve", "--db", db, "--addr", "127.0.0.1:notaport"}, "--addr"},

@@ -106,7 +106,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	api := httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: m})
 	handler := withSimulator(api, sim, c.addr)
 
-	rescuer := recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: c.reconcileEvery, Logger: log, OnStuck: m.Stuck})
+	rescuer := recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: c.reconcileEvery, Logger: log, OnStuck: m.Stuck, OnFailure: m.RecoveryPassFailed})
 	sweeper := recovery.NewSweeper(store, recovery.SweeperOptions{Every: c.sweepEvery, Logger: log})
 
 	ln, err := net.Listen("tcp", c.addr)

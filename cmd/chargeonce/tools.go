@@ -15,11 +15,12 @@ import (
 
 func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var addr, logLevel string
-	var slow, latency time.Duration
+	var slow, latency, window time.Duration
 	fs := newFlagSet("acquirer", stderr)
 	fs.StringVar(&addr, "addr", DefaultAcquirerAddr, "address to listen on")
 	fs.DurationVar(&slow, "slow", DefaultSlow, "how long tok_slow takes")
 	fs.DurationVar(&latency, "latency", 0, "a delay added to every capture")
+	fs.DurationVar(&window, "idempotency-window", 0, "how long a reference is remembered; a repeated capture after that moves money again (0: forever)")
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -28,13 +29,17 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	sim := acquirer.NewSimulator(acquirer.Options{Latency: latency, Slow: slow})
+	opts := acquirer.Options{Latency: latency, Slow: slow, IdempotencyWindow: window}
+	if window < 0 {
+		return opts.Validate()
+	}
+	sim := acquirer.NewSimulator(opts)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
 	srv := &http.Server{Handler: acquirer.Handler(sim), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("acquirer simulator listening", "addr", ln.Addr().String(), "slow", slow, "latency", latency)
+	log.Info("acquirer simulator listening", "addr", ln.Addr().String(), "slow", slow, "latency", latency, "idempotency_window", window)
 	return serveUntilDone(ctx, srv, ln, log)
 }
 

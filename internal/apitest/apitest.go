@@ -19,6 +19,7 @@ import (
 	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 	"github.com/chargeonce/chargeonce/postgres"
+	"github.com/chargeonce/chargeonce/replaycache"
 	"github.com/chargeonce/chargeonce/sqlite"
 )
 
@@ -86,20 +87,25 @@ type Instance struct {
 	URL    string
 	Engine *engine.Engine
 	Store  chargeonce.Store
-	Server *httptest.Server
+	// Replays is the replay cache in front of the engine, as serve has it.
+	Replays *replaycache.Store
+	Server  *httptest.Server
 }
 
-// Start runs the API over store and acq on a loopback listener.
+// Start runs the API over store and acq on a loopback listener, wired as
+// `chargeonce serve` wires it (cmd/chargeonce/serve.go): the engine goes
+// through a replay cache, while the API's reads use the store itself.
 func Start(t testing.TB, store chargeonce.Store, acq chargeonce.Acquirer, opts engine.Options) *Instance {
 	t.Helper()
 	keys, err := httpapi.ParseKeys(keySpec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := engine.New(store, acq, opts)
+	replays := replaycache.New(store, replaycache.Options{})
+	eng := engine.New(replays, acq, opts)
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys}))
 	t.Cleanup(srv.Close)
-	return &Instance{URL: srv.URL, Engine: eng, Store: store, Server: srv}
+	return &Instance{URL: srv.URL, Engine: eng, Store: store, Replays: replays, Server: srv}
 }
 
 // Result is a finished HTTP exchange.

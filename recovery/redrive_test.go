@@ -1,0 +1,108 @@
+package recovery_test
+
+import (
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/recovery"
+)
+
+// forgetfulAcquirer is a simulator that forgets references after window,
+// reached in-process or over HTTP through acquirer.Client.
+func forgetfulAcquirer(t *testing.T, window time.Duration, overHTTP bool) (*acquirer.Simulator, chargeonce.Acquirer) {
+	t.Helper()
+	sim := acquirer.NewSimulator(acquirer.Options{IdempotencyWindow: window})
+	t.Cleanup(func() { sim.Close() })
+	if !overHTTP {
+		return sim, sim
+	}
+	srv := httptest.NewServer(acquirer.Handler(sim))
+	t.Cleanup(srv.Close)
+	return sim, acquirer.NewClient(srv.URL, nil)
+}
+
+// TestRedriveLooksUpBeforeResending is issue 9's fourth case: the acquirer
+// keeps a reference for an idempotency window only (300ms here). The first
+// attempt's capture of tok_fail_after goes through but its reply is lost
+// (202); whoever re-drives the record after the window — recovery, or the
+// client's retry that takes over the expired lease — must not send the
+// reference again, which would capture a second time: it looks the
+// reference up and settles from the capture it finds.
+func TestRedriveLooksUpBeforeResending(t *testing.T) {
+	t.Parallel()
+	const window = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		overHTTP bool
+		byRetry  bool
+	}{
+		{"recovery/in-process", false, false},
+		{"recovery/http", true, false},
+		{"retry/in-process", false, true},
+		{"retry/http", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim, acq := forgetfulAcquirer(t, window, tc.overHTTP)
+			e := setup(t, nil, engine.Options{})
+			eng := engine.New(e.store, acq, e.eng.Options())
+			req := request(acquirer.TokenFailAfter)
+
+			first, err := eng.Charge(t.Context(), "demo", "k", req)
+			if err != nil || first.Status != 202 {
+				t.Fatalf("first attempt: %d %s, %v; want 202 (captured, reply lost)", first.Status, first.Body, err)
+			}
+			time.Sleep(window + 100*time.Millisecond) // the acquirer forgets the reference
+
+			var final engine.Response
+			if tc.byRetry {
+				// The unknown outcome ended the lease at once: the
+				// retry takes the record over and re-drives it.
+				final, err = eng.Charge(t.Context(), "demo", "k", req)
+				if err != nil || final.Status != 201 {
+					t.Fatalf("retry: %d %s, %v; want 201", final.Status, final.Body, err)
+				}
+			} else {
+				res, err := recovery.NewRescuer(e.store, eng, recovery.RescuerOptions{}).RunOnce(t.Context())
+				if err != nil || res.Settled != 1 {
+					t.Fatalf("RunOnce = %+v, %v; want the record settled", res, err)
+				}
+				final = wantReplay(t, &env{store: e.store, eng: eng}, "k", req, 201)
+			}
+			st := sim.Stats()
+			t.Logf("captures for the intent: %d (acquirer %+v)", sim.CapturedCount("demo", req.OrderID), st)
+			if n := sim.CapturedCount("demo", req.OrderID); n != 1 {
+				t.Fatalf("the intent was captured %d times, want exactly 1", n)
+			}
+			if st.CaptureRequests != 1 {
+				t.Fatalf("acquirer got %d capture requests, want 1: the re-drive must settle from the lookup", st.CaptureRequests)
+			}
+		})
+	}
+}
+
+// TestRedriveSendsWhatTheAcquirerNeverSaw: a lookup that finds nothing (404:
+// tok_fail_before captured nothing) is the one case where the reference is
+// sent again, and that capture settles the intent once.
+func TestRedriveSendsWhatTheAcquirerNeverSaw(t *testing.T) {
+	t.Parallel()
+	sim, acq := forgetfulAcquirer(t, 300*time.Millisecond, true)
+	e := setup(t, nil, engine.Options{})
+	eng := engine.New(e.store, acq, e.eng.Options())
+	req := request(acquirer.TokenFailBefore)
+	if first, err := eng.Charge(t.Context(), "demo", "k", req); err != nil || first.Status != 202 {
+		t.Fatalf("first attempt: %d %s, %v; want 202", first.Status, first.Body, err)
+	}
+	res, err := recovery.NewRescuer(e.store, eng, recovery.RescuerOptions{}).RunOnce(t.Context())
+	if err != nil || res.Settled != 1 {
+		t.Fatalf("RunOnce = %+v, %v; want the record settled", res, err)
+	}
+	wantReplay(t, &env{store: e.store, eng: eng}, "k", req, 201)
+	if n, st := sim.CapturedCount("demo", req.OrderID), sim.Stats(); n != 1 || st.CaptureRequests != 2 {
+		t.Fatalf("captured %d times with %d requests (%+v); want 1 capture, from the second request", n, st.CaptureRequests, st)
+	}
+}
