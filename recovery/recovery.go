@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -23,8 +22,8 @@ import (
 const (
 	DefaultEvery       = 5 * time.Second
 	DefaultParallelism = 8
-	DefaultBackoffBase = time.Second
-	DefaultBackoffMax  = 5 * time.Minute
+	DefaultBackoffBase = engine.DefaultBackoffBase
+	DefaultBackoffMax  = engine.DefaultBackoffMax
 )
 
 // RescuerOptions configure a Rescuer. Zero fields take the defaults.
@@ -191,25 +190,12 @@ func (r *Rescuer) runOnce(ctx context.Context) (PassResult, error) {
 	return res, nil
 }
 
-// backoff is base * 2^attempts, capped at max, with "equal jitter": a
-// random duration between half of that and all of it.
-//
-// Without jitter every instance's recovery loop runs on a fixed period and
-// the back-offs are multiples of it, so a record backed off by one instance
-// comes due exactly on that instance's next tick: the instance that failed
-// to settle a record (its acquirer route or its database writes broken) would
-// win it again every time, ahead of healthy instances. Jitter also spreads
-// out a backlog that an outage backed off all at once.
+// backoff is how long a record recovery could not settle rests before its
+// next attempt: engine.Backoff, the one shape client retries and recovery
+// share (jittered, so the instance that failed a record does not win it
+// again on its next tick), with recovery's own bounds.
 func (r *Rescuer) backoff(attempts int) time.Duration {
-	d := r.opts.BackoffBase
-	for i := 0; i < attempts && d < r.opts.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.opts.BackoffMax)
-	if half := d / 2; half > 0 {
-		d = half + rand.N(d-half+1)
-	}
-	return d
+	return engine.Backoff(attempts, r.opts.BackoffBase, r.opts.BackoffMax)
 }
 
 // Start runs passes every opts.Every, the first at once, until Stop. It

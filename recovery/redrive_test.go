@@ -48,7 +48,9 @@ func TestRedriveLooksUpBeforeResending(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sim, acq := forgetfulAcquirer(t, window, tc.overHTTP)
-			e := setup(t, nil, engine.Options{})
+			// The unknown outcome backs the record off; a short back-off
+			// ends well within the window the test waits out.
+			e := setup(t, nil, engine.Options{BackoffBase: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
 			eng := engine.New(e.store, acq, e.eng.Options())
 			req := request(acquirer.TokenFailAfter)
 
@@ -60,8 +62,8 @@ func TestRedriveLooksUpBeforeResending(t *testing.T) {
 
 			var final engine.Response
 			if tc.byRetry {
-				// The unknown outcome ended the lease at once: the
-				// retry takes the record over and re-drives it.
+				// The record's back-off is over: the retry takes it
+				// over and re-drives it.
 				final, err = eng.Charge(t.Context(), "demo", "k", req)
 				if err != nil || final.Status != 201 {
 					t.Fatalf("retry: %d %s, %v; want 201", final.Status, final.Body, err)
@@ -91,12 +93,13 @@ func TestRedriveLooksUpBeforeResending(t *testing.T) {
 func TestRedriveSendsWhatTheAcquirerNeverSaw(t *testing.T) {
 	t.Parallel()
 	sim, acq := forgetfulAcquirer(t, 300*time.Millisecond, true)
-	e := setup(t, nil, engine.Options{})
+	e := setup(t, nil, engine.Options{BackoffBase: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
 	eng := engine.New(e.store, acq, e.eng.Options())
 	req := request(acquirer.TokenFailBefore)
 	if first, err := eng.Charge(t.Context(), "demo", "k", req); err != nil || first.Status != 202 {
 		t.Fatalf("first attempt: %d %s, %v; want 202", first.Status, first.Body, err)
 	}
+	time.Sleep(100 * time.Millisecond) // the record's back-off ends
 	res, err := recovery.NewRescuer(e.store, eng, recovery.RescuerOptions{}).RunOnce(t.Context())
 	if err != nil || res.Settled != 1 {
 		t.Fatalf("RunOnce = %+v, %v; want the record settled", res, err)
