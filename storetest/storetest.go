@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ResponseBodyBytes", testResponseBodyBytes},
 		{"MigrateAgainAndPing", testMigrateAgainAndPing},
 	}
+	tests = append(tests, outboxTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
