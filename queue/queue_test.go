@@ -3,7 +3,6 @@ package queue_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -143,42 +142,9 @@ func (s stored) status() string { return s.header.Get(queue.HeaderStatus) }
 // messages reads every message on subject in the results stream.
 func messages(t testing.TB, js jetstream.JetStream, subject string) []stored {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cons, err := js.CreateConsumer(ctx, queue.ResultStream, jetstream.ConsumerConfig{
-		FilterSubject:     subject,
-		AckPolicy:         jetstream.AckNonePolicy,
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: time.Minute,
-		MemoryStorage:     true,
-		Replicas:          1,
-	})
-	if err != nil {
-		t.Fatalf("reading %s: %v", subject, err)
-	}
-	defer js.DeleteConsumer(context.Background(), queue.ResultStream, cons.CachedInfo().Name)
-	info, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatalf("reading %s: %v", subject, err)
-	}
-	n := int(info.NumPending)
 	var out []stored
-	for len(out) < n {
-		batch, err := cons.Fetch(min(n-len(out), 500), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatalf("reading %s: %v", subject, err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			out = append(out, stored{subject: m.Subject(), header: m.Headers(), body: m.Data()})
-			got++
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			t.Fatalf("reading %s: %v", subject, err)
-		}
-		if got == 0 {
-			t.Fatalf("reading %s: %d of %d messages, then nothing", subject, len(out), n)
-		}
+	for _, m := range natstest.ReadAll(t, js, queue.ResultStream, subject) {
+		out = append(out, stored{subject: m.Subject, header: m.Header, body: m.Data})
 	}
 	return out
 }

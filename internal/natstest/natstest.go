@@ -6,6 +6,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -127,4 +128,51 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// Message is a message read back from a stream.
+type Message struct {
+	Subject string
+	Header  nats.Header
+	Data    []byte
+}
+
+// ReadAll returns every message of stream on subject (wildcards allowed),
+// in stream order, through a short-lived consumer that it deletes again.
+func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		FilterSubject:     subject,
+		AckPolicy:         jetstream.AckNonePolicy,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: time.Minute,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		t.Fatalf("natstest: reading %s: %v", subject, err)
+	}
+	defer js.DeleteConsumer(context.Background(), stream, cons.CachedInfo().Name)
+	n := int(cons.CachedInfo().NumPending)
+	out := make([]Message, 0, n)
+	for len(out) < n {
+		batch, err := cons.Fetch(min(n-len(out), 500), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("natstest: reading %s: %v", subject, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			out = append(out, Message{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			got++
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			t.Fatalf("natstest: reading %s: %v", subject, err)
+		}
+		if got == 0 {
+			t.Fatalf("natstest: reading %s: %d of %d messages, then nothing", subject, len(out), n)
+		}
+	}
+	return out
 }
