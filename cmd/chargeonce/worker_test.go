@@ -22,7 +22,9 @@ func TestWorkerAndPublish(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var werr syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- Main(ctx, []string{"worker", "--nats", ns.URL, "--db", db, "--outbox-every", "100ms"}, &syncBuffer{}, &werr) }()
+	go func() {
+		done <- Main(ctx, []string{"worker", "--nats", ns.URL, "--db", db, "--outbox-every", "100ms"}, &syncBuffer{}, &werr)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
