@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +26,7 @@ func TestWorkerAndPublish(t *testing.T) {
 	var werr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Main(ctx, []string{"worker", "--nats", ns.URL, "--db", db, "--outbox-every", "100ms"}, &syncBuffer{}, &werr)
+		done <- Main(ctx, []string{"worker", "--nats", ns.URL, "--db", db, "--outbox-every", "100ms", "--metrics-addr", "127.0.0.1:0"}, &syncBuffer{}, &werr)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -60,6 +63,29 @@ func TestWorkerAndPublish(t *testing.T) {
 	out, err = run("--order", "125", "--amount", "100", "--currency", "usd", "--key", "bad-currency")
 	if ec, ok := err.(exitCode); !ok || ec != 1 || !strings.HasPrefix(out, "Status: 400") || !strings.Contains(out, `"field":"currency"`) {
 		t.Fatalf("invalid currency: %v\n%s", err, out)
+	}
+
+	// The worker's metrics count what happened.
+	m := regexp.MustCompile(`msg="worker metrics listening" addr=(\S+)`).FindStringSubmatch(werr.String())
+	if m == nil {
+		t.Fatalf("no metrics address in the log:\n%s", werr.String())
+	}
+	resp, err := http.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`chargeonce_queue_messages_total{outcome="answered"} 2`,
+		`chargeonce_queue_messages_total{outcome="replayed"} 1`,
+		`chargeonce_queue_messages_total{outcome="poison"} 1`,
+		`chargeonce_queue_dead_letters_total{reason="validation-failed"} 1`,
+		`chargeonce_outbox_depth 0`,
+	} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 
