@@ -150,6 +150,9 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.
 	Close() error
+
+	// Outbox holds the results of queue intents until they are published.
+	Outbox
 }
 
 // CaptureRequest is what chargeonce sends the acquirer.
@@ -202,4 +205,44 @@ const DeclineAcquirerRejected = "acquirer_rejected"
 type Acquirer interface {
 	Capture(ctx context.Context, req CaptureRequest) (CaptureResult, error)
 	Lookup(ctx context.Context, reference string) (res CaptureResult, found bool, err error)
+}
+
+// OutboxEntry is one result waiting to be published to the queue: the final
+// answer of an intent a queue message asked to be told about (KeyNotify),
+// written by the same statement that completed its record.
+type OutboxEntry struct {
+	ID             int64
+	MerchantID     string
+	Key            string
+	ResponseStatus int
+	ResponseBody   []byte
+	CreatedAt      time.Time
+}
+
+// OutboxStats describe the results not yet published: how many, and the age
+// of the oldest, by the database's clock.
+type OutboxStats struct {
+	Count     int
+	OldestAge time.Duration
+}
+
+// Outbox is the part of the store the queue's transactional outbox uses. It
+// is embedded in Store, so both stores implement it and storetest checks it.
+type Outbox interface {
+	// KeyNotify asks that the record's final answer be written to the
+	// outbox when it is completed, by whichever attempt or recovery pass
+	// completes it, in the same statement. flagged is false when the record
+	// is not processing any more (already completed: the caller reads the
+	// stored answer itself) or does not exist.
+	KeyNotify(ctx context.Context, merchantID, key string) (flagged bool, err error)
+	// OutboxClaim takes up to limit unpublished entries, oldest first, that
+	// no other publisher holds, and holds them for lease. Concurrent callers
+	// never get the same entry while its claim runs; an entry whose claim
+	// ended without OutboxMarkSent is handed out again (published twice,
+	// never lost).
+	OutboxClaim(ctx context.Context, lease time.Duration, limit int) ([]OutboxEntry, error)
+	// OutboxMarkSent removes published entries. Unknown ids are ignored.
+	OutboxMarkSent(ctx context.Context, ids []int64) error
+	// OutboxStats reports the entries not yet published.
+	OutboxStats(ctx context.Context) (OutboxStats, error)
 }

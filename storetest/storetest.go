@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"MigrateAgainAndPing", testMigrateAgainAndPing},
 		{"Hostile", testHostile},
 	}
+	tests = append(tests, outboxTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -6,6 +6,8 @@
 //	chargeonce reconcile  one recovery pass, then exits
 //	chargeonce charge     charges through the retrying Go client
 //	chargeonce race       the naive designs double-charging, and ours not
+//	chargeonce worker     consumes charge requests from NATS JetStream
+//	chargeonce publish    sends one charge request to the queue, prints its result
 //
 // Every flag has an environment twin: --key-ttl is CHARGEONCE_KEY_TTL.
 package main
@@ -37,6 +39,8 @@ func commands() []command {
 		{"bench", "measure chargeonce against a bare handler and raw SQL on the same statements", runBench},
 		{"charge", "charge once through the API, retrying safely, and print the charge", runCharge},
 		{"race", "run the double-charge experiment: naive designs against insert-first", runRace},
+		{"worker", "consume charge requests from NATS JetStream (with recovery and the outbox publisher)", runWorker},
+		{"publish", "send one charge request to the queue and print its result", runPublish},
 	}
 }
 

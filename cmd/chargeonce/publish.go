@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/client"
+	"github.com/chargeonce/chargeonce/queue"
+)
+
+// DefaultMerchant is the merchant `publish` sends for.
+const DefaultMerchant = "demo"
+
+// publishConfig is everything `publish` is configured with.
+type publishConfig struct {
+	natsURL, merchant, token, key, currency, descr string
+	order, amount                                  int64
+	timeout                                        time.Duration
+}
+
+// runPublish sends one charge request to charges.request.<merchant> and
+// waits for its result on charges.result.<merchant>, printing its status,
+// headers and body. Exit status: 0 captured (201), 2 declined (402), 1
+// anything else, including no result within --timeout (send again with the
+// same --key to learn the outcome: the worker republishes it).
+func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c publishConfig
+	fs := newFlagSet("publish", stderr)
+	fs.StringVar(&c.natsURL, "nats", DefaultNATS, "NATS server URL(s), comma-separated")
+	fs.StringVar(&c.merchant, "merchant", DefaultMerchant, "merchant (the subject's last token)")
+	fs.Int64Var(&c.order, "order", 0, "order id (required, positive)")
+	fs.Int64Var(&c.amount, "amount", 0, "amount in cents (required, positive)")
+	fs.StringVar(&c.token, "token", DefaultToken, "payment token (test tokens: tok_ok, tok_declined, tok_slow, tok_fail_before, tok_fail_after)")
+	fs.StringVar(&c.key, "key", "", "idempotency key of this payment intent (default: a new random one, printed on stderr)")
+	fs.StringVar(&c.currency, "currency", DefaultCurrency, "ISO 4217 currency code")
+	fs.StringVar(&c.descr, "description", "", "optional description, at most 500 characters")
+	fs.DurationVar(&c.timeout, "timeout", DefaultChargeTimeout, "how long to wait for the result")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case c.order <= 0:
+		return fmt.Errorf("--order is required and must be positive")
+	case c.amount <= 0:
+		return fmt.Errorf("--amount is required and must be positive")
+	case c.timeout <= 0:
+		return fmt.Errorf("--timeout must be positive; got %s", c.timeout)
+	case c.merchant == "":
+		return fmt.Errorf("--merchant is required")
+	}
+	if c.key == "" {
+		c.key = client.NewIdempotencyKey()
+		fmt.Fprintf(stderr, "idempotency key: %s\n", c.key)
+	}
+	body, err := json.Marshal(chargeonce.ChargeRequest{OrderID: c.order, AmountCents: c.amount, Currency: c.currency, PaymentToken: c.token, Description: c.descr})
+	if err != nil {
+		return err
+	}
+
+	nc, err := nats.Connect(c.natsURL, nats.Name("chargeonce-publish"))
+	if err != nil {
+		return fmt.Errorf("--nats: connecting to %s: %w", c.natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("--nats: %w", err)
+	}
+	// Subscribe before sending, so the result cannot pass by unseen. A
+	// plain subscription sees every publish on the subject, including a
+	// repeat that the stream drops as a duplicate.
+	results := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(queue.ResultSubject(c.merchant), results)
+	if err != nil {
+		return fmt.Errorf("subscribing to results: %w", err)
+	}
+	defer sub.Unsubscribe()
+
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	m := nats.NewMsg(queue.RequestSubject(c.merchant))
+	m.Header.Set(queue.HeaderIdempotencyKey, c.key)
+	m.Header.Set(queue.HeaderContentType, "application/json")
+	m.Data = body
+	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(queue.RequestStream))
+	if err != nil {
+		return fmt.Errorf("sending the request: %w (is a worker running? it creates the streams)", err)
+	}
+	fmt.Fprintf(stderr, "sent to %s (stream %s, sequence %d); waiting for the result\n", m.Subject, ack.Stream, ack.Sequence)
+	seq := strconv.FormatUint(ack.Sequence, 10)
+	for {
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				fmt.Fprintf(stderr, "no result within %s; send again with --key %s to learn the outcome\n", c.timeout, c.key)
+				return exitCode(1)
+			}
+			return ctx.Err()
+		case r := <-results:
+			// A result about one message carries its sequence; an
+			// intent's answer carries its key.
+			if s := r.Header.Get(queue.HeaderRequestSeq); s != "" && s != seq {
+				continue
+			}
+			if r.Header.Get(queue.HeaderRequestSeq) == "" && r.Header.Get(queue.HeaderIdempotencyKey) != c.key {
+				continue
+			}
+			status := r.Header.Get(queue.HeaderStatus)
+			fmt.Fprintf(stdout, "%s: %s\n", queue.HeaderStatus, status)
+			fmt.Fprintf(stdout, "%s: %s\n", queue.HeaderIdempotencyKey, r.Header.Get(queue.HeaderIdempotencyKey))
+			if v := r.Header.Get(queue.HeaderReplayed); v != "" {
+				fmt.Fprintf(stdout, "%s: %s\n", queue.HeaderReplayed, v)
+			}
+			fmt.Fprintf(stdout, "\n%s\n", r.Data)
+			switch status {
+			case "201":
+				return nil
+			case "402":
+				return exitCode(2)
+			default:
+				return exitCode(1)
+			}
+		}
+	}
+}

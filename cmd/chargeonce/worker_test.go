@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/natstest"
+)
+
+// TestWorkerAndPublish runs the README's queue example: a worker on an
+// embedded database and its in-process acquirer, and `publish` sending one
+// request and printing its result; again with the same key, the stored
+// answer replayed; a declined card exits 2, an invalid request 1.
+func TestWorkerAndPublish(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "q.db")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var werr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Main(ctx, []string{"worker", "--nats", ns.URL, "--db", db, "--outbox-every", "100ms", "--metrics-addr", "127.0.0.1:0"}, &syncBuffer{}, &werr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(werr.String(), "chargeonce worker consuming") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not start:\n%s", werr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	run := func(args ...string) (string, error) {
+		var out, errb syncBuffer
+		err := Main(context.Background(), append([]string{"publish", "--nats", ns.URL, "--timeout", "20s"}, args...), &out, &errb)
+		return out.String(), err
+	}
+	out, err := run("--order", "123", "--amount", "25000", "--key", "order-123")
+	if err != nil || !strings.HasPrefix(out, "Status: 201\nIdempotency-Key: order-123\n\n{\"id\":\"ch_") || !strings.Contains(out, `"status":"captured"`) {
+		t.Fatalf("publish: %v\n%s", err, out)
+	}
+	again, err := run("--order", "123", "--amount", "25000", "--key", "order-123")
+	body := out[strings.Index(out, "\n\n"):]
+	if err != nil || !strings.Contains(again, "Idempotent-Replayed: true") || !strings.HasSuffix(again, body) {
+		t.Fatalf("publish again: %v\n%s\nwant the first body %s", err, again, body)
+	}
+	out, err = run("--order", "124", "--amount", "100", "--token", "tok_declined")
+	if ec, ok := err.(exitCode); !ok || ec != 2 || !strings.HasPrefix(out, "Status: 402") {
+		t.Fatalf("declined: %v\n%s", err, out)
+	}
+	out, err = run("--order", "125", "--amount", "100", "--currency", "usd", "--key", "bad-currency")
+	if ec, ok := err.(exitCode); !ok || ec != 1 || !strings.HasPrefix(out, "Status: 400") || !strings.Contains(out, `"field":"currency"`) {
+		t.Fatalf("invalid currency: %v\n%s", err, out)
+	}
+
+	// The worker's metrics count what happened.
+	m := regexp.MustCompile(`msg="worker metrics listening" addr=(\S+)`).FindStringSubmatch(werr.String())
+	if m == nil {
+		t.Fatalf("no metrics address in the log:\n%s", werr.String())
+	}
+	resp, err := http.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`chargeonce_queue_messages_total{outcome="answered"} 2`,
+		`chargeonce_queue_messages_total{outcome="replayed"} 1`,
+		`chargeonce_queue_messages_total{outcome="poison"} 1`,
+		`chargeonce_queue_dead_letters_total{reason="validation-failed"} 1`,
+		`chargeonce_outbox_depth 0`,
+	} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func TestWorkerAndPublishBadConfiguration(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "c.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"worker", "--db", db, "--max-deliver", "0"}, "--max-deliver"},
+		{[]string{"worker", "--db", db, "--ack-wait", "1s"}, "--ack-wait"},
+		{[]string{"worker", "--db", db, "--replicas", "-1"}, "--replicas"},
+		{[]string{"worker", "--db", db, "--nats", "nats://127.0.0.1:1"}, "--nats"},
+		{[]string{"publish", "--amount", "5"}, "--order"},
+		{[]string{"publish", "--order", "5"}, "--amount"},
+		{[]string{"publish", "--order", "5", "--amount", "5", "--nats", "nats://127.0.0.1:1"}, "--nats"},
+	} {
+		var out, errb syncBuffer
+		err := Main(context.Background(), tc.args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want it to name %s", tc.args, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,192 @@
+// Package queue is chargeonce's queue transport (SPEC "Queue mode"): charge
+// requests arrive as NATS JetStream messages, go through the same decoder
+// and the same engine as POST /v1/charges, and their answers — the exact
+// status and bytes the HTTP API gives — are published as result messages.
+//
+// It is an adapter like httpapi, never a second protocol: the idempotency
+// record, the stored response and recovery are the engine's and the store's.
+// What the queue adds is delivery: a message is acked only once its outcome
+// is durably stored (or handled elsewhere), and an outcome the engine cannot
+// know yet (202) is published later through a transactional outbox, by
+// whichever worker drains it, whoever settles the charge.
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream and subject names: the contract clients depend on (SPEC).
+const (
+	// RequestStream holds charge requests, on RequestSubjectPrefix+<merchant>.
+	RequestStream        = "CHARGES"
+	RequestSubjectPrefix = "charges.request."
+	// ResultStream holds results (ResultSubjectPrefix+<merchant>) and copies
+	// of poison requests (DeadSubjectPrefix+<merchant>).
+	ResultStream        = "CHARGE_RESULTS"
+	ResultSubjectPrefix = "charges.result."
+	DeadSubjectPrefix   = "charges.dead."
+)
+
+// Header names on requests and results.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderStatus         = "Status"
+	HeaderReplayed       = "Idempotent-Replayed"
+	HeaderContentType    = "Content-Type"
+	// HeaderDeadReason says why a request was dead-lettered: the problem
+	// slug of its 400 (validation-failed, missing-idempotency-key, …) or
+	// max-deliveries.
+	HeaderDeadReason = "Chargeonce-Dead-Reason"
+	// HeaderRequestSeq names the request's sequence in RequestStream, on
+	// results that answer one message rather than the intent (400, 422) and
+	// on dead-letter copies.
+	HeaderRequestSeq = "Chargeonce-Request-Seq"
+)
+
+// Defaults of StreamOptions.
+const (
+	DefaultRequestMaxAge = 24 * time.Hour
+	DefaultResultMaxAge  = 7 * 24 * time.Hour
+	// DefaultDuplicates is JetStream's duplicate window on both streams.
+	// Correctness never depends on it: it only drops the obvious repeats.
+	DefaultDuplicates = 2 * time.Minute
+)
+
+// RequestSubject is the subject a merchant's charge requests are sent to.
+func RequestSubject(merchant string) string { return RequestSubjectPrefix + merchant }
+
+// ResultSubject is the subject a merchant's results are published to.
+func ResultSubject(merchant string) string { return ResultSubjectPrefix + merchant }
+
+// DeadSubject is the subject a merchant's poison requests are copied to.
+func DeadSubject(merchant string) string { return DeadSubjectPrefix + merchant }
+
+// StreamOptions configure EnsureStreams. Zero fields take the defaults.
+type StreamOptions struct {
+	// Replicas of each stream (1 on a single server; 3 in a cluster).
+	Replicas      int
+	RequestMaxAge time.Duration
+	ResultMaxAge  time.Duration
+	Duplicates    time.Duration
+}
+
+// EnsureStreams creates both streams, or updates them to this
+// configuration. Several workers may run it at once.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.RequestMaxAge <= 0 {
+		o.RequestMaxAge = DefaultRequestMaxAge
+	}
+	if o.ResultMaxAge <= 0 {
+		o.ResultMaxAge = DefaultResultMaxAge
+	}
+	if o.Duplicates <= 0 {
+		o.Duplicates = DefaultDuplicates
+	}
+	for _, cfg := range []jetstream.StreamConfig{{
+		Name:        RequestStream,
+		Description: "chargeonce charge requests",
+		Subjects:    []string{RequestSubjectPrefix + "*"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.Replicas,
+		MaxAge:      o.RequestMaxAge,
+		Duplicates:  o.Duplicates,
+	}, {
+		Name:        ResultStream,
+		Description: "chargeonce charge results and dead-lettered requests",
+		Subjects:    []string{ResultSubjectPrefix + "*", DeadSubjectPrefix + "*"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.Replicas,
+		MaxAge:      o.ResultMaxAge,
+		Duplicates:  o.Duplicates,
+	}} {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("creating or updating stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// Result is one result message: what the HTTP API answers the same attempt.
+type Result struct {
+	Merchant string
+	// Key is the parsed Idempotency-Key; for a request without a valid key
+	// it is the raw header value, if any, so the sender can still match it.
+	Key      string
+	Status   int
+	Body     []byte
+	Replayed bool
+	// RequestSeq is the request's stream sequence for answers about one
+	// message (400, 413, 422); zero for an intent's stored answer.
+	RequestSeq uint64
+}
+
+// MsgID is the result's Nats-Msg-Id. An intent's stored answer gets an id
+// derived from merchant, key and status alone, so every worker that
+// publishes it (directly, again for a duplicate request, or from the outbox)
+// publishes the same id and JetStream keeps one copy within its duplicate
+// window. An answer about one message is identified by that message.
+func (r Result) MsgID() string {
+	if r.RequestSeq != 0 {
+		return "req-" + strconv.FormatUint(r.RequestSeq, 10) + "-" + strconv.Itoa(r.Status)
+	}
+	h := sha256.New()
+	h.Write([]byte(r.Merchant))
+	h.Write([]byte{0})
+	h.Write([]byte(r.Key))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.Itoa(r.Status)))
+	return "res-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Msg builds the result message.
+func (r Result) Msg() *nats.Msg {
+	m := nats.NewMsg(ResultSubject(r.Merchant))
+	if r.Key != "" {
+		m.Header.Set(HeaderIdempotencyKey, r.Key)
+	}
+	m.Header.Set(HeaderStatus, strconv.Itoa(r.Status))
+	ct := "application/json"
+	if r.Status >= 400 {
+		ct = "application/problem+json"
+	}
+	m.Header.Set(HeaderContentType, ct)
+	if r.Replayed {
+		m.Header.Set(HeaderReplayed, "true")
+	}
+	if r.RequestSeq != 0 {
+		m.Header.Set(HeaderRequestSeq, strconv.FormatUint(r.RequestSeq, 10))
+	}
+	m.Header.Set(jetstream.MsgIDHeader, r.MsgID())
+	m.Data = r.Body
+	return m
+}
+
+// publish sends m to JetStream and waits for the stream's acknowledgement.
+func publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) error {
+	_, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(ResultStream))
+	if err != nil {
+		return fmt.Errorf("publishing to %s: %w", m.Subject, err)
+	}
+	return nil
+}
+
+// merchantOf returns the merchant named by a request subject's last token.
+func merchantOf(subject string) (string, bool) {
+	m, ok := strings.CutPrefix(subject, RequestSubjectPrefix)
+	if !ok || m == "" || strings.ContainsAny(m, ".*> ") {
+		return "", false
+	}
+	return m, true
+}

@@ -1,0 +1,388 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/httpapi"
+	"github.com/chargeonce/chargeonce/idempotency"
+)
+
+// Defaults of WorkerOptions.
+const (
+	DefaultDurable = "chargeonce-worker"
+	// DefaultAckWait must exceed what one message can take: a wait for an
+	// engine slot plus the engine's write and acquirer timeouts plus the
+	// result's publish. A message not acked in time is redelivered, which
+	// is harmless (it replays) but wasteful.
+	DefaultAckWait = 30 * time.Second
+	// DefaultMaxDeliver bounds redeliveries. With the NakWithDelay back-off
+	// below (1 s doubling to 30 s) the last delivery comes about 7.5 minutes
+	// after the first.
+	DefaultMaxDeliver    = 20
+	DefaultMaxAckPending = 1000
+	DefaultConcurrency   = 32
+	// DefaultNakDelayMax caps the back-off of a redelivered request.
+	DefaultNakDelayMax = 30 * time.Second
+	// DefaultWriteTimeout bounds the database and JetStream calls made after
+	// the engine answered.
+	DefaultWriteTimeout = 10 * time.Second
+)
+
+// Message outcomes, as Observer sees them.
+const (
+	OutcomeAnswered   = "answered"    // a final answer published (201/402)
+	OutcomeReplayed   = "replayed"    // a stored answer published again
+	OutcomeOutbox     = "outbox"      // unknown outcome: the outbox will publish it
+	OutcomeInProgress = "in_progress" // 409: redelivered later
+	OutcomeRejected   = "rejected"    // 422: the key was used for another request
+	OutcomePoison     = "poison"      // 400/413: dead-lettered and terminated
+	OutcomeError      = "error"       // a database or JetStream failure: redelivered later
+	OutcomeGaveUp     = "gave_up"     // MaxDeliver reached while still failing: dead-lettered
+)
+
+// Observer receives the worker's and the publisher's events for metrics.
+// Implementations must be safe for concurrent use.
+type Observer interface {
+	// Message is called once per delivery with its outcome.
+	Message(outcome string, redelivered bool)
+	// DeadLetter is called for every request copied to charges.dead.
+	DeadLetter(reason string)
+	// Outbox is called with the outbox's state after every publisher pass.
+	Outbox(st chargeonce.OutboxStats, published int)
+}
+
+// WorkerOptions configure a Worker. Zero fields take the defaults.
+type WorkerOptions struct {
+	Durable       string
+	AckWait       time.Duration
+	MaxDeliver    int
+	MaxAckPending int
+	// Concurrency is how many messages the worker handles at once.
+	Concurrency  int
+	NakDelayMax  time.Duration
+	WriteTimeout time.Duration
+	Logger       *slog.Logger
+	Observer     Observer
+}
+
+// Worker consumes charge requests with a durable pull consumer and answers
+// each through the engine. Several workers (in several processes) share one
+// durable consumer and one database.
+type Worker struct {
+	js     jetstream.JetStream
+	engine *engine.Engine
+	store  chargeonce.Store
+	opts   WorkerOptions
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	cc   jetstream.ConsumeContext
+	work chan jetstream.Msg
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+}
+
+// NewWorker returns a worker that runs requests through eng and uses store
+// (the engine's store, or the one beneath its cache) for the outbox flag and
+// for reading settled answers.
+func NewWorker(js jetstream.JetStream, eng *engine.Engine, store chargeonce.Store, opts WorkerOptions) *Worker {
+	if opts.Durable == "" {
+		opts.Durable = DefaultDurable
+	}
+	if opts.AckWait <= 0 {
+		opts.AckWait = DefaultAckWait
+	}
+	if opts.MaxDeliver <= 0 {
+		opts.MaxDeliver = DefaultMaxDeliver
+	}
+	if opts.MaxAckPending <= 0 {
+		opts.MaxAckPending = DefaultMaxAckPending
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.NakDelayMax <= 0 {
+		opts.NakDelayMax = DefaultNakDelayMax
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{js: js, engine: eng, store: store, opts: opts, log: opts.Logger}
+}
+
+// ConsumerConfig is the durable consumer every worker shares.
+func (w *Worker) ConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       w.opts.Durable,
+		Description:   "chargeonce workers",
+		FilterSubject: RequestSubjectPrefix + "*",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.opts.AckWait,
+		MaxDeliver:    w.opts.MaxDeliver,
+		MaxAckPending: w.opts.MaxAckPending,
+	}
+}
+
+// Start creates (or updates) the durable consumer and starts consuming. The
+// streams must exist (EnsureStreams). It returns once consuming has begun.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cc != nil {
+		return nil
+	}
+	cons, err := w.js.CreateOrUpdateConsumer(ctx, RequestStream, w.ConsumerConfig())
+	if err != nil {
+		return fmt.Errorf("creating consumer %s on %s: %w", w.opts.Durable, RequestStream, err)
+	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.stop = cancel
+	w.work = make(chan jetstream.Msg)
+	for range w.opts.Concurrency {
+		w.wg.Go(func() {
+			for msg := range w.work {
+				w.Handle(hctx, msg)
+			}
+		})
+	}
+	// The callback runs on one goroutine; it hands each message to a free
+	// handler, so at most Concurrency are in flight and the few prefetched
+	// wait in the client, not in an unbounded queue of ours.
+	work := w.work
+	w.cc, err = cons.Consume(func(msg jetstream.Msg) { work <- msg },
+		jetstream.PullMaxMessages(w.opts.Concurrency),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, nats.ErrConnectionClosed) {
+				w.log.Warn("consuming charge requests", "err", err)
+			}
+		}))
+	if err != nil {
+		close(w.work)
+		w.wg.Wait()
+		cancel()
+		return fmt.Errorf("consuming %s: %w", RequestStream, err)
+	}
+	return nil
+}
+
+// Stop stops fetching, lets the messages in flight finish (their acks and
+// results included) and returns. Messages fetched but not started are left
+// unacked and are redelivered after AckWait.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	cc := w.cc
+	w.cc = nil
+	w.mu.Unlock()
+	if cc == nil {
+		return
+	}
+	cc.Stop()
+	<-cc.Closed()
+	close(w.work)
+	w.wg.Wait()
+	w.stop()
+}
+
+// Handle answers one delivery: the whole per-message protocol, exported so
+// tests can drive it message by message.
+func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg) {
+	outcome, redelivered := w.handle(ctx, msg)
+	if w.opts.Observer != nil {
+		w.opts.Observer.Message(outcome, redelivered)
+	}
+}
+
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string, redelivered bool) {
+	md, err := msg.Metadata()
+	if err != nil {
+		// Not a JetStream message: nothing to ack.
+		w.log.Error("charge request without JetStream metadata", "subject", msg.Subject(), "err", err)
+		return OutcomeError, false
+	}
+	redelivered = md.NumDelivered > 1
+	last := md.NumDelivered >= uint64(w.opts.MaxDeliver)
+	seq := md.Sequence.Stream
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.WriteTimeout)
+	defer cancel()
+
+	merchant, ok := merchantOf(msg.Subject())
+	if !ok {
+		// The consumer's filter makes this unreachable; never block on it.
+		w.log.Error("charge request on a subject without a merchant; terminated", "subject", msg.Subject(), "seq", seq)
+		w.settle(msg, msg.Term, seq)
+		return OutcomePoison, redelivered
+	}
+	rawKeys := msg.Headers().Values(HeaderIdempotencyKey)
+	key, err := idempotency.ParseKey(rawKeys)
+	if err != nil {
+		raw := ""
+		if len(rawKeys) > 0 {
+			raw = rawKeys[0]
+		}
+		return w.poison(wctx, msg, merchant, raw, seq, err), redelivered
+	}
+	req, err := httpapi.DecodeChargeRequest(msg.Data())
+	if err != nil {
+		return w.poison(wctx, msg, merchant, key, seq, err), redelivered
+	}
+
+	resp, err := w.engine.Charge(ctx, merchant, key, &req)
+	switch code := chargeonce.ErrorCode(err); {
+	case err == nil && resp.Status == 202:
+		// The acquirer's outcome is unknown; recovery settles it, and the
+		// outbox publishes the answer then.
+		return w.awaitSettlement(wctx, msg, merchant, key, seq), redelivered
+	case err == nil:
+		r := Result{Merchant: merchant, Key: key, Status: resp.Status, Body: resp.Body, Replayed: resp.Replayed}
+		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
+			// Stored, but not published: the redelivery replays it.
+			w.log.Warn("publishing a result failed; the request will be redelivered", "merchant", merchant, "key", key, "err", perr)
+			w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
+			return OutcomeError, redelivered
+		}
+		w.settle(msg, msg.Ack, seq)
+		if resp.Replayed {
+			return OutcomeReplayed, redelivered
+		}
+		return OutcomeAnswered, redelivered
+	case code == chargeonce.EINPROGRESS:
+		if last {
+			// No more redeliveries: hand the answer to the outbox instead.
+			return w.awaitSettlement(wctx, msg, merchant, key, seq), redelivered
+		}
+		w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
+		return OutcomeInProgress, redelivered
+	case code == chargeonce.EKEYREUSED:
+		status, body := httpapi.Problem(err)
+		r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
+		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
+			w.log.Warn("publishing a 422 result failed; the request will be redelivered", "merchant", merchant, "key", key, "err", perr)
+			w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
+			return OutcomeError, redelivered
+		}
+		w.settle(msg, msg.Ack, seq)
+		return OutcomeRejected, redelivered
+	default:
+		// 5xx: nothing was stored (the engine released the key, or never
+		// wrote it), so the request is simply tried again later.
+		if last {
+			w.log.Error("charge request still failing at its last delivery; dead-lettered", "merchant", merchant, "key", key, "seq", seq, "err", err)
+			if derr := w.deadLetter(wctx, msg, merchant, seq, "max-deliveries"); derr != nil {
+				w.log.Error("dead-lettering failed", "seq", seq, "err", derr)
+			}
+			w.settle(msg, msg.Term, seq)
+			return OutcomeGaveUp, redelivered
+		}
+		w.log.Warn("charge request failed; redelivering later", "merchant", merchant, "key", key, "seq", seq, "err", err)
+		w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
+		return OutcomeError, redelivered
+	}
+}
+
+// awaitSettlement makes sure the answer of an intent still processing is
+// published when it settles, then acks: the flag makes whoever completes
+// the record write the outbox row in the same statement; if the record
+// completed before the flag landed, its stored answer is published here.
+func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchant, key string, seq uint64) string {
+	nak := func() error { return msg.NakWithDelay(time.Second) }
+	flagged, err := w.store.KeyNotify(ctx, merchant, key)
+	if err != nil {
+		w.log.Warn("flagging a record for the outbox failed; the request will be redelivered", "merchant", merchant, "key", key, "err", err)
+		w.settle(msg, nak, seq)
+		return OutcomeError
+	}
+	if flagged {
+		w.settle(msg, msg.Ack, seq)
+		return OutcomeOutbox
+	}
+	rec, err := w.store.KeyGet(ctx, merchant, key)
+	if err != nil || rec.State != chargeonce.KeyCompleted {
+		// Gone (released before the acquirer was called) or unreadable:
+		// the redelivery runs the request again.
+		w.settle(msg, nak, seq)
+		return OutcomeError
+	}
+	r := Result{Merchant: merchant, Key: key, Status: rec.ResponseStatus, Body: rec.ResponseBody}
+	if err := publish(ctx, w.js, r.Msg()); err != nil {
+		w.log.Warn("publishing a settled result failed; the request will be redelivered", "merchant", merchant, "key", key, "err", err)
+		w.settle(msg, nak, seq)
+		return OutcomeError
+	}
+	w.settle(msg, msg.Ack, seq)
+	return OutcomeAnswered
+}
+
+// poison answers a request that can never succeed (no or malformed key,
+// malformed JSON, invalid fields, too large) with the exact problem the HTTP
+// API gives, copies it to charges.dead.<merchant> and terminates it, so it
+// never blocks the stream.
+func (w *Worker) poison(ctx context.Context, msg jetstream.Msg, merchant, key string, seq uint64, cause error) string {
+	status, body := httpapi.Problem(cause)
+	r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
+	err := publish(ctx, w.js, r.Msg())
+	if err == nil {
+		err = w.deadLetter(ctx, msg, merchant, seq, chargeonce.ErrorCode(cause))
+	}
+	if err != nil {
+		w.log.Warn("answering a poison request failed; it will be redelivered", "merchant", merchant, "seq", seq, "err", err)
+		w.settle(msg, func() error { return msg.NakWithDelay(time.Second) }, seq)
+		return OutcomeError
+	}
+	w.log.Info("poison charge request dead-lettered", "merchant", merchant, "seq", seq, "reason", chargeonce.ErrorCode(cause))
+	w.settle(msg, msg.Term, seq)
+	return OutcomePoison
+}
+
+// deadLetter copies the request, headers and body, to charges.dead.
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, merchant string, seq uint64, reason string) error {
+	d := nats.NewMsg(DeadSubject(merchant))
+	for k, vs := range msg.Headers() {
+		if k == jetstream.MsgIDHeader {
+			continue
+		}
+		d.Header[k] = append([]string(nil), vs...)
+	}
+	d.Header.Set(HeaderDeadReason, reason)
+	d.Header.Set(HeaderRequestSeq, strconv.FormatUint(seq, 10))
+	d.Header.Set(jetstream.MsgIDHeader, "dead-"+strconv.FormatUint(seq, 10))
+	d.Data = msg.Data()
+	if err := publish(ctx, w.js, d); err != nil {
+		return err
+	}
+	if w.opts.Observer != nil {
+		w.opts.Observer.DeadLetter(reason)
+	}
+	return nil
+}
+
+// settle acks, naks or terminates. A lost ack only means a redelivery,
+// which replays, so failures are logged and nothing more.
+func (w *Worker) settle(msg jetstream.Msg, f func() error, seq uint64) {
+	if err := f(); err != nil {
+		w.log.Warn("acknowledging a charge request failed; it may be redelivered", "seq", seq, "err", err)
+	}
+}
+
+// nakDelay is 1 s doubling per delivery, capped at NakDelayMax.
+func (w *Worker) nakDelay(delivered uint64) time.Duration {
+	d := time.Second
+	for i := uint64(1); i < delivered && d < w.opts.NakDelayMax; i++ {
+		d *= 2
+	}
+	return min(d, w.opts.NakDelayMax)
+}
