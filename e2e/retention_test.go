@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -85,10 +86,18 @@ func TestForgetfulAcquirerCapturesOnce(t *testing.T) {
 	order, key := newOrder(), uniqueName("forgetful-")
 	body := chargeBody(order, "tok_fail_after")
 	c := &http.Client{Timeout: 30 * time.Second}
-	if got := charge(c, a.URL(), key, body); got.err != nil || got.status != 202 {
-		t.Fatalf("first attempt: %s; want 202 (captured, reply lost)", got)
+	first := charge(c, a.URL(), key, body)
+	if first.err != nil || first.status != 202 {
+		t.Fatalf("first attempt: %s; want 202 (captured, reply lost)", first)
 	}
-	time.Sleep(500 * time.Millisecond) // past the acquirer's window
+	// The unknown outcome backs the record off; the 202's Retry-After says
+	// when the retry may drive it again, and that is past the acquirer's
+	// 300ms window.
+	ra, err := strconv.Atoi(first.header.Get("Retry-After"))
+	if err != nil || ra < 1 {
+		t.Fatalf("the 202 has Retry-After %q; want whole seconds", first.header.Get("Retry-After"))
+	}
+	time.Sleep(time.Duration(ra) * time.Second)
 	got := charge(c, a.URL(), key, body)
 	if got.err != nil || got.status != 201 {
 		t.Fatalf("retry after the window: %s; want 201", got)
