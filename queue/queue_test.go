@@ -484,13 +484,18 @@ func TestSettledBeforeFlag(t *testing.T) {
 	var settled atomic.Int32
 	rs := raceStore{Store: e.store, before: func() {
 		e.acq.down.Store(false)
+		time.Sleep(50 * time.Millisecond) // the unknown outcome's (short) back-off ends
 		res, err := rescuer.RunOnce(context.Background())
 		if err != nil {
 			t.Error(err)
 		}
 		settled.Add(int32(res.Settled))
 	}}
-	eng := engine.New(e.store, e.acq.client(), e.opts)
+	// The unknown outcome backs the record off before recovery may claim
+	// it; a short back-off keeps the race inside the hook.
+	opts := e.opts
+	opts.BackoffBase, opts.BackoffMax = 20*time.Millisecond, 20*time.Millisecond
+	eng := engine.New(e.store, e.acq.client(), opts)
 	w := queue.NewWorker(e.js, eng, rs, queue.WorkerOptions{})
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
