@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "API keys as merchant:secret pairs separated by commas (default: merchant demo, key sk_test_demo, loopback only)")
 	fs.StringVar(&c.logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
+	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	c.acq.register(fs)
 	fs.DurationVar(&c.lease, "lease", engine.DefaultLease, "how long the attempt that inserted a key owns it before recovery may take over")
 	fs.DurationVar(&c.reconcileEvery, "reconcile-every", recovery.DefaultEvery, "how often the recovery loop looks for orphaned charges")
@@ -45,7 +46,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, c.logLevel)
+	log, err := newLogger(stderr, c.logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
@@ -115,7 +116,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--addr: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           httpapi.LogRequests(log, handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,

@@ -21,10 +21,11 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&slow, "slow", DefaultSlow, "how long tok_slow takes")
 	fs.DurationVar(&latency, "latency", 0, "a delay added to every capture")
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
+	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, logLevel)
+	log, err := newLogger(stderr, logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
@@ -62,11 +63,12 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
 	fs.DurationVar(&lease, "lease", engine.DefaultLease, "the lease recovery takes on each record it claims")
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
+	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	acq.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, logLevel)
+	log, err := newLogger(stderr, logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
