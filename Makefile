@@ -1,8 +1,11 @@
 # The common tasks, with one obvious spelling each. `make help` lists them.
 .PHONY: help run test test-v lint bench bench-full fuzz
 
+# How long `make fuzz` runs each fuzz target: FUZZTIME=5m make fuzz.
+FUZZTIME ?= 30s
+
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 run: ## run the service on the embedded SQLite default
 	go run ./cmd/chargeonce serve
@@ -13,9 +16,8 @@ test: ## the README's test command (finds or starts PostgreSQL by itself)
 test-v: ## the tests, printing their measurements (latencies, counts)
 	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
 
-lint: ## go vet and gofmt
-	go vet ./...
-	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+lint: ## golangci-lint (the version pinned in go.mod; checks in .golangci.yml)
+	go tool golangci-lint run ./...
 
 bench: ## micro-benchmarks of the hot functions, with allocations
 	go test -run '^$$' -bench . -benchmem ./idempotency/ ./engine/ ./httpapi/ ./replaycache/
@@ -23,8 +25,13 @@ bench: ## micro-benchmarks of the hot functions, with allocations
 bench-full: ## chargeonce bench: chargeonce against a bare handler and raw SQL (about 2 minutes)
 	go run ./cmd/chargeonce bench
 
-FUZZTIME ?= 2m
-fuzz: ## run each fuzz target for FUZZTIME (default 2m; make fuzz FUZZTIME=30m for a longer run)
-	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./idempotency/
-	go test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./idempotency/
-	go test -run '^$$' -fuzz '^FuzzDecodeChargeRequest$$' -fuzztime $(FUZZTIME) ./httpapi/
+fuzz: ## every native fuzz target (func FuzzXxx), each for FUZZTIME (default 30s)
+	@found=0; \
+	for f in $$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(' . | sort); do \
+	  for t in $$(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$$f" | cut -d' ' -f2); do \
+	    found=1; d=$$(dirname "$$f"); \
+	    echo "go test -run '^\$$' -fuzz '^$$t\$$' -fuzztime $(FUZZTIME) $$d/"; \
+	    go test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "$$d/" || exit 1; \
+	  done; \
+	done; \
+	if [ $$found = 0 ]; then echo "no fuzz targets yet (func FuzzXxx(f *testing.F) in a _test.go file)"; fi

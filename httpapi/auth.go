@@ -138,5 +138,6 @@ func (k *Keys) authenticate(r *http.Request) (chargeonce.Merchant, error) {
 	if !ok {
 		return chargeonce.Merchant{}, chargeonce.Errorf(chargeonce.EUNAUTHORIZED, "the API key is not valid")
 	}
+	noteMerchant(r, m.ID)
 	return m, nil
 }

@@ -78,6 +78,7 @@ func Problem(err error) (status int, body []byte) {
 // writeError writes err as application/problem+json.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, _ := problemFor(err)
+	noteCode(r, code)
 	status, body := Problem(err)
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)

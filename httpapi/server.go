@@ -67,6 +67,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("/v1/charges/{id}", s.methodNotAllowed)
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
+	s.mux.HandleFunc("GET /openapi.yaml", handleOpenAPI)
 	if cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", cfg.Metrics)
 	}

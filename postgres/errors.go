@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/chargeonce/chargeonce"
 )
@@ -53,6 +54,7 @@ func unavailable(err error) bool {
 	case pgconn.SafeToRetry(err), pgconn.Timeout(err),
 		errors.As(err, &connectErr), errors.As(err, &netErr),
 		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, puddle.ErrClosedPool), // the store was closed: this instance is shutting down
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return true

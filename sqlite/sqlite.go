@@ -240,6 +240,9 @@ func (q *queries) close() error {
 // tables. It must be called before a write transaction begins: preparing on
 // the write pool needs its only connection.
 func (s *Store) prepared(ctx context.Context) (*queries, error) {
+	if s.closing.Load() {
+		return nil, translate(errClosed)
+	}
 	if q := s.q.Load(); q != nil {
 		return q, nil
 	}
@@ -249,7 +252,7 @@ func (s *Store) prepared(ctx context.Context) (*queries, error) {
 		return q, nil
 	}
 	if s.closing.Load() {
-		return nil, errors.New("sqlite store is closed")
+		return nil, translate(errClosed)
 	}
 	q := &queries{}
 	var err error
@@ -285,6 +288,9 @@ func (s *Store) prepared(ctx context.Context) (*queries, error) {
 	return q, nil
 }
 
+// errClosed is returned by a Store used after Close.
+var errClosed = errors.New("sqlite store is closed")
+
 // translate maps driver errors the caller can act on to chargeonce codes,
 // keeping the original error in the chain. A busy or locked database (another
 // process held the write lock past the busy timeout) is EUNAVAILABLE: the
@@ -293,6 +299,11 @@ func (s *Store) prepared(ctx context.Context) (*queries, error) {
 // that failed that way reached the file is unknown, so the client retries
 // with the same key rather than being told of a bug (500).
 func translate(err error) error {
+	// A closed store (the instance is shutting down) cannot answer now;
+	// another instance can.
+	if errors.Is(err, errClosed) || errors.Is(err, sql.ErrConnDone) || (err != nil && (strings.Contains(err.Error(), "sql: database is closed") || strings.Contains(err.Error(), "sql: statement is closed"))) {
+		return fmt.Errorf("%w: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the database is closed: this instance is shutting down; retry"), err)
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {

@@ -150,12 +150,25 @@ func (a *acquirerFlags) build() (chargeonce.Acquirer, *acquirer.Simulator, error
 	}}), nil, nil
 }
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+// DefaultLogFormat is --log-format's default: logfmt-like text for a
+// person; json for a log pipeline.
+const DefaultLogFormat = "text"
+
+// newLogger returns the logger of --log-level and --log-format (text or
+// json).
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level must be debug, info, warn or error; got %q", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json; got %q", format)
 }
 
 // isLoopback reports whether addr (host:port) only listens on loopback.

@@ -13,11 +13,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
-	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/httpapi"
-	"github.com/chargeonce/chargeonce/metrics"
-	"github.com/chargeonce/chargeonce/recovery"
-	"github.com/chargeonce/chargeonce/replaycache"
 )
 
 // shutdownTimeout bounds how long serve waits for requests in flight.
@@ -25,43 +21,24 @@ const shutdownTimeout = 10 * time.Second
 
 // serveConfig is everything `serve` is configured with.
 type serveConfig struct {
-	addr, db, apiKeys, logLevel string
-	apiKeysFile, metricsAddr    string
-	acq                         acquirerFlags
-	lease, reconcileEvery       time.Duration
-	keyTTL, sweepEvery          time.Duration
-	admissionWait               time.Duration
+	runtimeFlags
+	addr, apiKeys, apiKeysFile, metricsAddr string
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c serveConfig
 	fs := newFlagSet("serve", stderr)
 	fs.StringVar(&c.addr, "addr", DefaultAddr, "address to listen on")
-	fs.StringVar(&c.db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "API keys as merchant:secret pairs separated by commas (default: merchant demo, key sk_test_demo, loopback only)")
 	fs.StringVar(&c.apiKeysFile, "api-keys-file", "", "a file of API keys, merchant:secret or merchant:sha256:<hex> per line (# comments), so that ps and config repos show no secret; instead of --api-keys")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own (and not on --addr); default: /metrics on --addr")
-	fs.StringVar(&c.logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
-	c.acq.register(fs)
-	fs.DurationVar(&c.lease, "lease", engine.DefaultLease, "how long the attempt that inserted a key owns it before recovery may take over")
-	fs.DurationVar(&c.reconcileEvery, "reconcile-every", recovery.DefaultEvery, "how often the recovery loop looks for orphaned charges")
-	fs.DurationVar(&c.keyTTL, "key-ttl", engine.DefaultKeyTTL, "how long an idempotency key is remembered; a key reused after that is a new intent")
-	fs.DurationVar(&c.sweepEvery, "sweep-every", recovery.DefaultSweepEvery, "how often expired keys are deleted")
-	fs.DurationVar(&c.admissionWait, "admission-wait", engine.DefaultAdmissionWait, "how long a new charge waits for a free acquirer slot before it is refused with 503 overloaded")
+	c.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, c.logLevel)
+	log, err := c.logger(stderr)
 	if err != nil {
 		return err
-	}
-	for name, d := range map[string]time.Duration{"--lease": c.lease, "--reconcile-every": c.reconcileEvery, "--key-ttl": c.keyTTL, "--sweep-every": c.sweepEvery, "--admission-wait": c.admissionWait} {
-		if d <= 0 {
-			return fmt.Errorf("%s must be positive; got %s", name, d)
-		}
-	}
-	if c.lease <= c.acq.timeout {
-		return fmt.Errorf("--lease (%s) must be longer than --acquirer-timeout (%s): otherwise recovery could take over a charge whose attempt is still waiting for the acquirer", c.lease, c.acq.timeout)
 	}
 	keys, err := c.keys(log)
 	if err != nil {
@@ -71,73 +48,40 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--acquirer sim (the default) is a demonstration that captures without moving money and serves /acquirer/ without authentication; "+
 			"it is refused on a non-loopback --addr (%s): run `chargeonce acquirer` (or a real acquirer) and pass its URL with --acquirer http://HOST:PORT, or listen on --addr 127.0.0.1:PORT", c.addr)
 	}
-	acq, sim, err := c.acq.build()
+	rt, err := c.open(ctx, log)
 	if err != nil {
 		return err
 	}
+	defer rt.close()
 
-	store, err := openStore(ctx, c.db)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrating %s: %w", redactURL(c.db), err)
-	}
-
-	m := metrics.New()
-	// Replays are answered from memory after their first read: a completed
-	// record never changes until it expires (see package replaycache). Only
-	// the engine goes through the cache; the API's reads, recovery's scans
-	// and the sweeper use the store itself.
-	replays := replaycache.New(store, replaycache.Options{})
-	eng := engine.New(replays, acq, engine.Options{
-		Lease:           c.lease,
-		AcquirerTimeout: c.acq.timeout,
-		KeyTTL:          c.keyTTL,
-		AdmissionWait:   c.admissionWait,
-		Logger:          log,
-		Observer:        m,
-	})
-	apiMetrics := m.Handler()
+	apiMetrics := rt.metrics.Handler()
 	if c.metricsAddr != "" {
 		apiMetrics = nil // served on its own listener only
 	}
-	api := httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: m})
-	handler := withSimulator(api, sim, c.addr)
-
-	rescuer := recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: c.reconcileEvery, Logger: log, OnStuck: m.Stuck, OnFailure: m.RecoveryPassFailed})
-	sweeper := recovery.NewSweeper(store, recovery.SweeperOptions{Every: c.sweepEvery, Logger: log})
+	api := httpapi.New(httpapi.Config{Engine: rt.engine, Store: rt.store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: rt.metrics})
+	handler := withSimulator(api, rt.sim, c.addr)
 
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
-	var metricsSrv *http.Server
 	if c.metricsAddr != "" {
-		mln, err := net.Listen("tcp", c.metricsAddr)
+		closeMetrics, err := serveMetrics(c.metricsAddr, rt, log)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("--metrics-addr: %w", err)
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", m.Handler())
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-		go func() { _ = metricsSrv.Serve(mln) }()
-		defer metricsSrv.Close()
-		log.Info("metrics listening", "addr", mln.Addr().String())
+		defer closeMetrics()
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           httpapi.LogRequests(log, handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	rescuer.Start(ctx)
-	sweeper.Start(ctx)
-	defer sweeper.Stop()
-	defer rescuer.Stop()
+	rt.start(ctx)
+	defer rt.stop()
 
 	log.Info("chargeonce listening", "addr", ln.Addr().String(), "db", redactURL(c.db), "acquirer", c.acq.target,
 		"lease", c.lease, "key_ttl", c.keyTTL)

@@ -22,10 +22,11 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&latency, "latency", 0, "a delay added to every capture")
 	fs.DurationVar(&window, "idempotency-window", 0, "how long a reference is remembered; a repeated capture after that moves money again (0: forever)")
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
+	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, logLevel)
+	log, err := newLogger(stderr, logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
@@ -67,11 +68,12 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
 	fs.DurationVar(&lease, "lease", engine.DefaultLease, "the lease recovery takes on each record it claims")
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
+	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	acq.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, logLevel)
+	log, err := newLogger(stderr, logLevel, *logFormat)
 	if err != nil {
 		return err
 	}

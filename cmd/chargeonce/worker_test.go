@@ -66,7 +66,7 @@ func TestWorkerAndPublish(t *testing.T) {
 	}
 
 	// The worker's metrics count what happened.
-	m := regexp.MustCompile(`msg="worker metrics listening" addr=(\S+)`).FindStringSubmatch(werr.String())
+	m := regexp.MustCompile(`msg="metrics listening" addr=(\S+)`).FindStringSubmatch(werr.String())
 	if m == nil {
 		t.Fatalf("no metrics address in the log:\n%s", werr.String())
 	}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/metrics"
+	"github.com/chargeonce/chargeonce/recovery"
+	"github.com/chargeonce/chargeonce/replaycache"
+)
+
+// runtimeFlags are the flags of the long-running commands, serve and worker:
+// the database, the logs, the acquirer, the engine's timing, recovery and the
+// sweeper. Both transports run the same engine, so they take the same flags
+// with the same defaults and the same checks.
+type runtimeFlags struct {
+	db, logLevel, logFormat string
+	acq                     acquirerFlags
+	lease, reconcileEvery   time.Duration
+	keyTTL, sweepEvery      time.Duration
+	admissionWait           time.Duration
+}
+
+func (f *runtimeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
+	fs.StringVar(&f.logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", DefaultLogFormat, "text or json")
+	f.acq.register(fs)
+	fs.DurationVar(&f.lease, "lease", engine.DefaultLease, "how long the attempt that inserted a key owns it before recovery may take over")
+	fs.DurationVar(&f.reconcileEvery, "reconcile-every", recovery.DefaultEvery, "how often the recovery loop looks for orphaned charges")
+	fs.DurationVar(&f.keyTTL, "key-ttl", engine.DefaultKeyTTL, "how long an idempotency key is remembered after its charge became final; a key reused after that is a new intent")
+	fs.DurationVar(&f.sweepEvery, "sweep-every", recovery.DefaultSweepEvery, "how often expired keys are deleted")
+	fs.DurationVar(&f.admissionWait, "admission-wait", engine.DefaultAdmissionWait, "how long a new charge waits for a free acquirer slot before it is refused with 503 overloaded")
+}
+
+// logger validates the flags and returns the logger they ask for. Bad values
+// fail at start, naming the flag.
+func (f *runtimeFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--lease", f.lease}, {"--reconcile-every", f.reconcileEvery}, {"--key-ttl", f.keyTTL},
+		{"--sweep-every", f.sweepEvery}, {"--admission-wait", f.admissionWait},
+	} {
+		if d.v <= 0 {
+			return nil, fmt.Errorf("%s must be positive; got %s", d.name, d.v)
+		}
+	}
+	if f.lease <= f.acq.timeout {
+		return nil, fmt.Errorf("--lease (%s) must be longer than --acquirer-timeout (%s): otherwise recovery could take over a charge whose attempt is still waiting for the acquirer", f.lease, f.acq.timeout)
+	}
+	return log, nil
+}
+
+// runtime is what serve and worker run on: the migrated store, the engine
+// behind the replay cache, the metrics, and the recovery loop and key
+// sweeper that every instance runs.
+type runtime struct {
+	store   chargeonce.Store
+	sim     *acquirer.Simulator // the in-process simulator, or nil
+	engine  *engine.Engine
+	metrics *metrics.Metrics
+	rescuer *recovery.Rescuer
+	sweeper *recovery.Sweeper
+}
+
+// open builds the runtime the flags describe. Close it when done.
+func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger) (*runtime, error) {
+	acq, sim, err := f.acq.build()
+	if err != nil {
+		return nil, err
+	}
+	store, err := storeFor(ctx, f.db)
+	if err != nil {
+		return nil, err
+	}
+	m := metrics.New()
+	// Replays are answered from memory after their first read: a completed
+	// record never changes until it expires (see package replaycache). Only
+	// the engine goes through the cache; the API's reads, recovery's scans
+	// and the sweeper use the store itself.
+	replays := replaycache.New(store, replaycache.Options{})
+	eng := engine.New(replays, acq, engine.Options{
+		Lease:           f.lease,
+		AcquirerTimeout: f.acq.timeout,
+		KeyTTL:          f.keyTTL,
+		AdmissionWait:   f.admissionWait,
+		Logger:          log,
+		Observer:        m,
+	})
+	return &runtime{
+		store:   store,
+		sim:     sim,
+		engine:  eng,
+		metrics: m,
+		rescuer: recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnStuck: m.Stuck, OnFailure: m.RecoveryPassFailed}),
+		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log}),
+	}, nil
+}
+
+// start runs recovery and the sweeper in the background until stop.
+func (r *runtime) start(ctx context.Context) {
+	r.rescuer.Start(ctx)
+	r.sweeper.Start(ctx)
+}
+
+// stop ends recovery and the sweeper, waiting for their passes in flight.
+func (r *runtime) stop() {
+	r.sweeper.Stop()
+	r.rescuer.Stop()
+}
+
+// close releases the store.
+func (r *runtime) close() { r.store.Close() }
+
+// serveMetrics serves GET /metrics (and, with the in-process simulator and a
+// loopback addr, its API under /acquirer/) on a listener of its own at addr.
+// It returns the function that closes it.
+func serveMetrics(addr string, rt *runtime, log *slog.Logger) (closeFn func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", rt.metrics.Handler())
+	srv := &http.Server{
+		Handler:           withSimulator(mux, rt.sim, addr),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
+}

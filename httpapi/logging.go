@@ -1,0 +1,168 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/idempotency"
+)
+
+// Outcomes a request line can carry. The charge outcomes follow SPEC's
+// table; "ok" is any other success (a GET, a probe).
+const (
+	OutcomeCreated       = "created"
+	OutcomeReplayed      = "replayed"
+	OutcomeInProgress    = "in-progress"
+	OutcomeKeyReused     = "key-reused"
+	OutcomeDeclined      = "declined"
+	OutcomeUnknown       = "unknown"
+	OutcomeOverloaded    = "overloaded"
+	OutcomeClientError   = "client-error"
+	OutcomeUnavailable   = "unavailable"
+	OutcomeInternalError = "internal-error"
+	OutcomeOK            = "ok"
+)
+
+// overloadedCode is the slug of SPEC's 503 overloaded. It is spelled here
+// rather than taken from package chargeonce so that this file does not
+// depend on when admission control lands.
+const overloadedCode = "overloaded"
+
+// KeyHashLen is how many hex digits of SHA-256(merchant, key) a request
+// line carries: enough to follow one intent's attempts through the logs,
+// never the key itself.
+const KeyHashLen = 12
+
+// LogRequests wraps next so that every request is logged once, when it
+// ends, at Info (5xx at Warn) with: method, route (the pattern that served
+// it, never the raw path, which a client controls), status, outcome,
+// latency_ms, and, once the request is authenticated, merchant and key_hash
+// (a hash of the merchant and the Idempotency-Key). Neither the API key nor
+// the idempotency key is ever logged: both are bearer secrets of a sort (a
+// key lets whoever holds it learn an intent's stored answer).
+func LogRequests(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		note := &requestNote{}
+		r = r.WithContext(context.WithValue(r.Context(), noteKey{}, note))
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		replayed := rec.Header().Get("Idempotent-Replayed") == "true"
+		attrs := make([]slog.Attr, 0, 8)
+		attrs = append(attrs,
+			slog.String("method", r.Method),
+			slog.String("route", r.Pattern),
+			slog.Int("status", rec.status),
+			slog.String("outcome", outcome(rec.status, replayed, note.code)),
+			slog.Float64("latency_ms", float64(time.Since(start).Microseconds())/1000),
+		)
+		if note.merchant != "" {
+			attrs = append(attrs, slog.String("merchant", note.merchant))
+			if vs := r.Header.Values("Idempotency-Key"); len(vs) > 0 {
+				if key, err := idempotency.ParseKey(vs); err == nil {
+					attrs = append(attrs, slog.String("key_hash", KeyHash(note.merchant, key)))
+				}
+			}
+		}
+		level := slog.LevelInfo
+		if rec.status >= 500 {
+			level = slog.LevelWarn
+		}
+		log.LogAttrs(r.Context(), level, "request", attrs...)
+	})
+}
+
+// KeyHash is how logs name an idempotency key: the first KeyHashLen hex
+// digits of SHA-256 over the merchant and the (parsed) key, so the bare and
+// the quoted spelling of one key hash alike, and one key of two merchants
+// (two intents) hashes apart.
+func KeyHash(merchant, key string) string {
+	h := sha256.New()
+	h.Write([]byte(merchant))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return hex.EncodeToString(h.Sum(nil))[:KeyHashLen]
+}
+
+// outcome names what a request came to, from its status, the replay flag
+// and the error code its handler wrote (if any).
+func outcome(status int, replayed bool, code string) string {
+	switch {
+	case replayed:
+		return OutcomeReplayed
+	case code == overloadedCode:
+		return OutcomeOverloaded
+	case code == chargeonce.EINPROGRESS:
+		return OutcomeInProgress
+	case code == chargeonce.EKEYREUSED:
+		return OutcomeKeyReused
+	case status == http.StatusCreated:
+		return OutcomeCreated
+	case status == http.StatusAccepted:
+		return OutcomeUnknown
+	case status == http.StatusPaymentRequired:
+		return OutcomeDeclined
+	case status == http.StatusServiceUnavailable:
+		return OutcomeUnavailable
+	case status >= 500:
+		return OutcomeInternalError
+	case status >= 400:
+		return OutcomeClientError
+	default:
+		return OutcomeOK
+	}
+}
+
+// requestNote is what a handler tells LogRequests about its request; it
+// travels in the request's context.
+type requestNote struct {
+	merchant string
+	code     string
+}
+
+type noteKey struct{}
+
+// noteMerchant records the authenticated merchant of r for its log line.
+func noteMerchant(r *http.Request, merchant string) {
+	if n, ok := r.Context().Value(noteKey{}).(*requestNote); ok {
+		n.merchant = merchant
+	}
+}
+
+// noteCode records the error code r was answered with for its log line.
+func noteCode(r *http.Request, code string) {
+	if n, ok := r.Context().Value(noteKey{}).(*requestNote); ok {
+		n.code = code
+	}
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
