@@ -70,22 +70,35 @@ func TestWorkerAndPublish(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no metrics address in the log:\n%s", werr.String())
 	}
-	resp, err := http.Get("http://" + m[1] + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	text, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{
+	// The worker counts a message once it has acked or terminated it, which
+	// can come a moment after publish has printed its result.
+	wants := []string{
 		`chargeonce_queue_messages_total{outcome="answered"} 2`,
 		`chargeonce_queue_messages_total{outcome="replayed"} 1`,
 		`chargeonce_queue_messages_total{outcome="poison"} 1`,
 		`chargeonce_queue_dead_letters_total{reason="validation-failed"} 1`,
 		`chargeonce_outbox_depth 0`,
-	} {
-		if !strings.Contains(string(text), want) {
-			t.Errorf("/metrics lacks %s", want)
+	}
+	var missing []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + m[1] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
 		}
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		missing = missing[:0]
+		for _, want := range wants {
+			if !strings.Contains(string(text), want) {
+				missing = append(missing, want)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range missing {
+		t.Errorf("/metrics lacks %s", want)
 	}
 }
 
