@@ -1,6 +1,8 @@
 // Package metrics exposes chargeonce's Prometheus metrics: answers by status
-// and replay, acquirer latency and errors, and the orphan gauges operators
-// watch for stuck charges.
+// and replay, acquirer latency and errors, admission waits and shed
+// attempts, recovery passes and the orphan gauges operators watch for stuck
+// charges, keys swept, and the database pool. The README lists every metric
+// with what it means when it moves.
 package metrics
 
 import (
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/recovery"
 )
 
 // Metrics implements engine.Observer and httpapi.OutcomeObserver, and
@@ -24,6 +27,9 @@ type Metrics struct {
 	acquirer     *prometheus.HistogramVec
 	stuckCount   prometheus.Gauge
 	passFailures prometheus.Counter
+	recovered    *prometheus.CounterVec // records claimed, settled, deferred by recovery
+	swept        prometheus.Counter
+	admission    *prometheus.HistogramVec
 	// counters cached per status so the hot path does no label lookup.
 	cache map[[2]int]prometheus.Counter
 
@@ -58,6 +64,19 @@ func New() *Metrics {
 			Name: "chargeonce_recovery_pass_failures_total",
 			Help: "Recovery passes that failed (typically: the database was unreachable).",
 		}),
+		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chargeonce_recovery_records_total",
+			Help: "Records recovery claimed, and of those how many it settled (final answer stored) or deferred (outcome still unknown, backed off).",
+		}, []string{"result"}),
+		swept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chargeonce_keys_swept_total",
+			Help: "Expired idempotency records deleted by the sweeper (their charges are kept).",
+		}),
+		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "chargeonce_admission_wait_seconds",
+			Help:    "How long attempts that must call the acquirer waited for an acquirer slot, by result: admitted, or shed (503 overloaded, or the client gave up while waiting).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 12),
+		}, []string{"result"}),
 		cache: map[[2]int]prometheus.Counter{},
 		now:   time.Now,
 	}
@@ -65,7 +84,7 @@ func New() *Metrics {
 		Name: "chargeonce_stuck_oldest_age_seconds",
 		Help: "Age of the oldest processing record whose lease has ended. While recovery passes fail it keeps growing from its last measured value.",
 	}, m.stuckOldestAge)
-	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures,
+	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, st := range []int{201, 202, 402, 409, 422, 500} {
 		for _, rp := range []int{0, 1} {
@@ -95,6 +114,53 @@ func (m *Metrics) AcquirerCall(d time.Duration, err error) {
 		result = "unknown"
 	}
 	m.acquirer.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// Admission implements engine.AdmissionObserver.
+func (m *Metrics) Admission(wait time.Duration, admitted bool) {
+	result := "admitted"
+	if !admitted {
+		result = "shed"
+	}
+	m.admission.WithLabelValues(result).Observe(wait.Seconds())
+}
+
+// RecoveryPass records what a successful recovery pass did.
+func (m *Metrics) RecoveryPass(p recovery.PassResult) {
+	m.recovered.WithLabelValues("claimed").Add(float64(p.Claimed))
+	m.recovered.WithLabelValues("settled").Add(float64(p.Settled))
+	m.recovered.WithLabelValues("deferred").Add(float64(p.Deferred))
+	m.Stuck(p.Stuck)
+}
+
+// Swept counts the records a sweep deleted.
+func (m *Metrics) Swept(n int) { m.swept.Add(float64(n)) }
+
+// PoolStats describe a store's connection pool at one moment.
+type PoolStats struct {
+	Acquired, Idle, Total, Max int
+	// Waits counts acquisitions that found no idle connection and waited;
+	// WaitTime is their total wait.
+	Waits    int64
+	WaitTime time.Duration
+}
+
+// Pool exports the connection pool that stats reads, read at every scrape.
+func (m *Metrics) Pool(stats func() PoolStats) {
+	gauge := func(name, help string, v func(PoolStats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(stats()) })
+	}
+	counter := func(name, help string, v func(PoolStats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return v(stats()) })
+	}
+	m.reg.MustRegister(
+		gauge("chargeonce_db_pool_acquired_connections", "Database connections in use.", func(s PoolStats) float64 { return float64(s.Acquired) }),
+		gauge("chargeonce_db_pool_idle_connections", "Idle database connections.", func(s PoolStats) float64 { return float64(s.Idle) }),
+		gauge("chargeonce_db_pool_total_connections", "Open database connections.", func(s PoolStats) float64 { return float64(s.Total) }),
+		gauge("chargeonce_db_pool_max_connections", "The most database connections the pool opens.", func(s PoolStats) float64 { return float64(s.Max) }),
+		counter("chargeonce_db_pool_waits_total", "Connection acquisitions that had to wait for a connection.", func(s PoolStats) float64 { return float64(s.Waits) }),
+		counter("chargeonce_db_pool_wait_seconds_total", "Total time spent waiting for a database connection.", func(s PoolStats) float64 { return s.WaitTime.Seconds() }),
+	)
 }
 
 // Stuck records the orphan statistics of a recovery pass.

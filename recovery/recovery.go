@@ -41,11 +41,12 @@ type RescuerOptions struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	Logger      *slog.Logger
-	// OnStuck, when set, receives the orphan statistics after every pass.
-	OnStuck func(chargeonce.StuckStats)
+	// OnPass, when set, receives what every successful pass did: records
+	// claimed, settled and deferred, and the orphan statistics (metrics).
+	OnPass func(PassResult)
 	// OnFailure, when set, is called with the error of every pass that
 	// failed (the database unreachable, typically), so that the stuck
-	// metrics keep moving while OnStuck cannot be told anything new.
+	// metrics keep moving while OnPass cannot be told anything new.
 	OnFailure func(error)
 }
 
@@ -184,8 +185,8 @@ func (r *Rescuer) runOnce(ctx context.Context) (PassResult, error) {
 		return res, err
 	}
 	res.Stuck = stuck
-	if r.opts.OnStuck != nil {
-		r.opts.OnStuck(stuck)
+	if r.opts.OnPass != nil {
+		r.opts.OnPass(res)
 	}
 	return res, nil
 }

@@ -229,7 +229,7 @@ func TestRunOnceSettlesOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stuck []chargeonce.StuckStats
-	r := recovery.NewRescuer(e.store, e.eng, recovery.RescuerOptions{OnStuck: func(s chargeonce.StuckStats) { stuck = append(stuck, s) }})
+	r := recovery.NewRescuer(e.store, e.eng, recovery.RescuerOptions{OnPass: func(p recovery.PassResult) { stuck = append(stuck, p.Stuck) }})
 
 	res, err := r.RunOnce(t.Context())
 	if err != nil {
@@ -239,7 +239,7 @@ func TestRunOnceSettlesOrphans(t *testing.T) {
 		t.Fatalf("RunOnce = %+v; want 3 claimed, 3 settled, none stuck", res)
 	}
 	if len(stuck) != 1 || stuck[0].Count != 0 {
-		t.Fatalf("OnStuck got %+v; want one report of zero", stuck)
+		t.Fatalf("OnPass got %+v; want one report of zero", stuck)
 	}
 	wantReplay(t, e, "never-called", ok, 201)
 	wantReplay(t, e, "declined", declined, 402)
@@ -444,7 +444,7 @@ func TestBackoffWhileAcquirerDown(t *testing.T) {
 	var reports []chargeonce.StuckStats
 	r := recovery.NewRescuer(e.store, e.eng, recovery.RescuerOptions{
 		BackoffBase: base, BackoffMax: maxBackoff,
-		OnStuck: func(s chargeonce.StuckStats) { mu.Lock(); reports = append(reports, s); mu.Unlock() },
+		OnPass: func(p recovery.PassResult) { mu.Lock(); reports = append(reports, p.Stuck); mu.Unlock() },
 	})
 	want := []time.Duration{2 * base, maxBackoff, maxBackoff} // after the client's attempt; 4*base is capped
 	for i, backoff := range want {
@@ -550,7 +550,7 @@ func TestStartStop(t *testing.T) {
 	stuck.Store(-1)
 	r := recovery.NewRescuer(e.store, e.eng, recovery.RescuerOptions{
 		Every: 20 * time.Millisecond, Logger: log, BackoffBase: 50 * time.Millisecond,
-		OnStuck: func(s chargeonce.StuckStats) { stuck.Store(int64(s.Count)) },
+		OnPass: func(p recovery.PassResult) { stuck.Store(int64(p.Stuck.Count)) },
 	})
 	e.acq.down.Store(true)
 	down := request("tok_ok")

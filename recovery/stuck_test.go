@@ -71,7 +71,7 @@ func TestStuckGaugeMovesWhileDatabaseIsDown(t *testing.T) {
 	e.acq.down.Store(true)
 	orphan(t, e.store, "stuck", request("tok_ok"))
 	m := metrics.New()
-	r := recovery.NewRescuer(e.store, e.eng, recovery.RescuerOptions{OnStuck: m.Stuck, OnFailure: m.RecoveryPassFailed})
+	r := recovery.NewRescuer(e.store, e.eng, recovery.RescuerOptions{OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed})
 
 	if _, err := r.RunOnce(t.Context()); err != nil {
 		t.Fatalf("RunOnce: %v", err)

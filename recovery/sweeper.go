@@ -20,6 +20,9 @@ type SweeperOptions struct {
 	Every  time.Duration
 	Batch  int
 	Logger *slog.Logger
+	// OnSweep, when set, is told how many records every sweep deleted
+	// (metrics).
+	OnSweep func(deleted int)
 }
 
 // Sweeper deletes idempotency records past their expiry (--key-ttl), in
@@ -70,6 +73,9 @@ func (s *Sweeper) Start(ctx context.Context) {
 // sweep runs RunOnce and logs what it deleted.
 func (s *Sweeper) sweep(ctx context.Context) {
 	n, err := s.RunOnce(ctx)
+	if s.opts.OnSweep != nil {
+		s.opts.OnSweep(n)
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.log.Error("key sweep failed", "deleted", n, "err", err)
 	} else if n > 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"io"
@@ -14,8 +15,10 @@ import (
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/metrics"
+	"github.com/chargeonce/chargeonce/postgres"
 	"github.com/chargeonce/chargeonce/recovery"
 	"github.com/chargeonce/chargeonce/replaycache"
+	"github.com/chargeonce/chargeonce/sqlite"
 )
 
 // runtimeFlags are the flags of the long-running commands, serve and worker:
@@ -102,14 +105,48 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger) (*runtime, er
 		Logger:          log,
 		Observer:        m,
 	})
+	m.Pool(poolStats(store))
 	return &runtime{
 		store:   store,
 		sim:     sim,
 		engine:  eng,
 		metrics: m,
-		rescuer: recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnStuck: m.Stuck, OnFailure: m.RecoveryPassFailed}),
-		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log}),
+		rescuer: recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
+		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept}),
 	}, nil
+}
+
+// poolStats reads the connection pool of store for the metrics: pgx's pool
+// on PostgreSQL, database/sql's pools (the one writer and the readers) on
+// SQLite.
+func poolStats(store chargeonce.Store) func() metrics.PoolStats {
+	switch s := store.(type) {
+	case *postgres.Store:
+		return func() metrics.PoolStats {
+			st := s.Pool().Stat()
+			return metrics.PoolStats{
+				Acquired: int(st.AcquiredConns()), Idle: int(st.IdleConns()), Total: int(st.TotalConns()), Max: int(st.MaxConns()),
+				Waits: st.EmptyAcquireCount(), WaitTime: st.EmptyAcquireWaitTime(),
+			}
+		}
+	case *sqlite.Store:
+		return func() metrics.PoolStats {
+			var out metrics.PoolStats
+			w, r := s.DBs()
+			for _, db := range []*sql.DB{w, r} {
+				st := db.Stats()
+				out.Acquired += st.InUse
+				out.Idle += st.Idle
+				out.Total += st.OpenConnections
+				out.Max += st.MaxOpenConnections
+				out.Waits += st.WaitCount
+				out.WaitTime += st.WaitDuration
+			}
+			return out
+		}
+	default:
+		return func() metrics.PoolStats { return metrics.PoolStats{} }
+	}
 }
 
 // start runs recovery and the sweeper in the background until stop.

@@ -279,6 +279,17 @@ func TestMetricsAddr(t *testing.T) {
 	if m.Status != 200 || !strings.Contains(string(m.Body), `chargeonce_charge_attempts_total{replayed="false",status="201"} 1`) {
 		t.Fatalf("/metrics on --metrics-addr: %d\n%s", m.Status, m.Body)
 	}
+	// serve wires the operator's metrics: the pool it runs on, the
+	// charge's admission, recovery's first pass.
+	for _, want := range []string{
+		"chargeonce_db_pool_max_connections ", "chargeonce_db_pool_waits_total ",
+		`chargeonce_admission_wait_seconds_count{result="admitted"} 1`,
+		`chargeonce_recovery_records_total{result="claimed"} `, "chargeonce_stuck_records 0",
+	} {
+		if !strings.Contains(string(m.Body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 	if got := get(t, r.base+"/metrics", ""); got.Status != 404 {
 		t.Fatalf("/metrics still served on --addr: %d", got.Status)
 	}
