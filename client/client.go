@@ -14,7 +14,7 @@
 //
 //	answer                                   retried?
 //	connection error, per-attempt timeout    yes: the service may have done the work; the retry replays it
-//	202 processing                           yes, until a final answer: each retry re-drives the acquirer by the same reference
+//	202 processing                           yes, until a final answer, after Retry-After: the record is backed off, and a retry after that may re-drive it by the same reference
 //	409 request-in-progress                  yes, after Retry-After (another attempt holds the key)
 //	408, 429, 5xx                            yes, after Retry-After when sent: the same key makes a retry safe whatever happened
 //	400, 413 validation                      no: ValidationError
