@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,13 +22,44 @@ const (
 	DefaultChargeTimeout = client.DefaultRetryFor
 )
 
-// chargeConfig is everything `charge` is configured with.
-type chargeConfig struct {
-	url, apiKey                 string
+// intentFlags describe the one payment intent that `charge` (over HTTP) and
+// `publish` (over the queue) send: the same fields, defaults and checks.
+type intentFlags struct {
 	order, amount               int64
 	token, key, currency, descr string
-	timeout, attemptTimeout     time.Duration
-	maxAttempts                 int
+	timeout                     time.Duration
+}
+
+func (f *intentFlags) register(fs *flag.FlagSet, keyHelp, timeoutHelp string) {
+	fs.Int64Var(&f.order, "order", 0, "order id (required, positive)")
+	fs.Int64Var(&f.amount, "amount", 0, "amount in cents (required, positive)")
+	fs.StringVar(&f.token, "token", DefaultToken, "payment token (test tokens: tok_ok, tok_declined, tok_slow, tok_fail_before, tok_fail_after)")
+	fs.StringVar(&f.key, "key", "", keyHelp)
+	fs.StringVar(&f.currency, "currency", DefaultCurrency, "ISO 4217 currency code")
+	fs.StringVar(&f.descr, "description", "", "optional description, at most 500 characters")
+	fs.DurationVar(&f.timeout, "timeout", DefaultChargeTimeout, timeoutHelp)
+}
+
+// check refuses what no intent can be, naming the flag. The rest (currency,
+// token, description) is for the service to judge, as it judges any client.
+func (f *intentFlags) check() error {
+	switch {
+	case f.order <= 0:
+		return fmt.Errorf("--order is required and must be positive")
+	case f.amount <= 0:
+		return fmt.Errorf("--amount is required and must be positive")
+	case f.timeout <= 0:
+		return fmt.Errorf("--timeout must be positive; got %s", f.timeout)
+	}
+	return nil
+}
+
+// chargeConfig is everything `charge` is configured with.
+type chargeConfig struct {
+	intentFlags
+	url, apiKey    string
+	attemptTimeout time.Duration
+	maxAttempts    int
 }
 
 // runCharge charges once through the client package and prints the final
@@ -38,25 +70,17 @@ func runCharge(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("charge", stderr)
 	fs.StringVar(&c.url, "url", DefaultURL, "base URL of the chargeonce API")
 	fs.StringVar(&c.apiKey, "api-key", DefaultAPIKey, "the merchant's API key")
-	fs.Int64Var(&c.order, "order", 0, "order id (required, positive)")
-	fs.Int64Var(&c.amount, "amount", 0, "amount in cents (required, positive)")
-	fs.StringVar(&c.token, "token", DefaultToken, "payment token (test tokens: tok_ok, tok_declined, tok_slow, tok_fail_before, tok_fail_after)")
-	fs.StringVar(&c.key, "key", "", "idempotency key of this payment intent (default: a new random UUIDv4, printed on stderr); run again with the same key to learn the outcome of an earlier run")
-	fs.StringVar(&c.currency, "currency", DefaultCurrency, "ISO 4217 currency code")
-	fs.StringVar(&c.descr, "description", "", "optional description, at most 500 characters")
-	fs.DurationVar(&c.timeout, "timeout", DefaultChargeTimeout, "how long to keep trying, all attempts included")
+	c.register(fs, "idempotency key of this payment intent (default: a new random UUIDv4, printed on stderr); run again with the same key to learn the outcome of an earlier run",
+		"how long to keep trying, all attempts included")
 	fs.DurationVar(&c.attemptTimeout, "attempt-timeout", client.DefaultAttemptTimeout, "how long one attempt may take before it is retried")
 	fs.IntVar(&c.maxAttempts, "max-attempts", client.DefaultMaxAttempts, "the most attempts to make (0: no bound; --timeout bounds the call)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := c.check(); err != nil {
+		return err
+	}
 	switch {
-	case c.order <= 0:
-		return fmt.Errorf("--order is required and must be positive")
-	case c.amount <= 0:
-		return fmt.Errorf("--amount is required and must be positive")
-	case c.timeout <= 0:
-		return fmt.Errorf("--timeout must be positive; got %s", c.timeout)
 	case c.attemptTimeout <= 0:
 		return fmt.Errorf("--attempt-timeout must be positive; got %s", c.attemptTimeout)
 	case c.maxAttempts < 0:

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,9 +21,8 @@ const DefaultMerchant = "demo"
 
 // publishConfig is everything `publish` is configured with.
 type publishConfig struct {
-	natsURL, merchant, token, key, currency, descr string
-	order, amount                                  int64
-	timeout                                        time.Duration
+	intentFlags
+	natsURL, merchant string
 }
 
 // runPublish sends one charge request to charges.request.<merchant> and
@@ -37,24 +35,14 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("publish", stderr)
 	fs.StringVar(&c.natsURL, "nats", DefaultNATS, "NATS server URL(s), comma-separated")
 	fs.StringVar(&c.merchant, "merchant", DefaultMerchant, "merchant (the subject's last token)")
-	fs.Int64Var(&c.order, "order", 0, "order id (required, positive)")
-	fs.Int64Var(&c.amount, "amount", 0, "amount in cents (required, positive)")
-	fs.StringVar(&c.token, "token", DefaultToken, "payment token (test tokens: tok_ok, tok_declined, tok_slow, tok_fail_before, tok_fail_after)")
-	fs.StringVar(&c.key, "key", "", "idempotency key of this payment intent (default: a new random one, printed on stderr)")
-	fs.StringVar(&c.currency, "currency", DefaultCurrency, "ISO 4217 currency code")
-	fs.StringVar(&c.descr, "description", "", "optional description, at most 500 characters")
-	fs.DurationVar(&c.timeout, "timeout", DefaultChargeTimeout, "how long to wait for the result")
+	c.register(fs, "idempotency key of this payment intent (default: a new random one, printed on stderr)", "how long to wait for the result")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	switch {
-	case c.order <= 0:
-		return fmt.Errorf("--order is required and must be positive")
-	case c.amount <= 0:
-		return fmt.Errorf("--amount is required and must be positive")
-	case c.timeout <= 0:
-		return fmt.Errorf("--timeout must be positive; got %s", c.timeout)
-	case c.merchant == "":
+	if err := c.check(); err != nil {
+		return err
+	}
+	if c.merchant == "" {
 		return fmt.Errorf("--merchant is required")
 	}
 	if c.key == "" {
