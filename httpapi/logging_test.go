@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +17,6 @@ import (
 	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/internal/apitest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // requestLine is one JSON line of LogRequests.
 type requestLine struct {
@@ -67,7 +48,7 @@ func TestLogsHoldNoSecretAndNoIdempotencyKey(t *testing.T) {
 			secret := "sk_live_" + canary
 			other := "sk_live_other_" + canary
 
-			var jsonBuf, textBuf lockedBuffer
+			var jsonBuf, textBuf apitest.Buffer
 			opts := &slog.HandlerOptions{Level: slog.LevelDebug}
 			log := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(&jsonBuf, opts), slog.NewTextHandler(&textBuf, opts)))
 			keys, err := httpapi.ParseKeys("acme:" + secret + ",globex:" + other)

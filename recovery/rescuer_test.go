@@ -544,7 +544,7 @@ func TestRunOnceEndsDuringOutage(t *testing.T) {
 func TestStartStop(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil, engine.Options{})
-	var logs lockedBuffer
+	var logs apitest.Buffer
 	log := newLogger(&logs)
 	var stuck atomic.Int64
 	stuck.Store(-1)
@@ -584,23 +584,6 @@ func TestStartStop(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newLogger(w *lockedBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+func newLogger(w *apitest.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

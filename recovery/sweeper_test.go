@@ -85,7 +85,7 @@ func TestSweeperStartStop(t *testing.T) {
 	if resp, err := e.eng.Charge(t.Context(), "demo", "k", req); err != nil || resp.Status != 201 {
 		t.Fatalf("charge: %d, %v", resp.Status, err)
 	}
-	var logs lockedBuffer
+	var logs apitest.Buffer
 	s := recovery.NewSweeper(e.store, recovery.SweeperOptions{Every: 20 * time.Millisecond, Logger: newLogger(&logs)})
 	s.Start(t.Context())
 	defer s.Stop()

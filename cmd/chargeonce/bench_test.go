@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/chargeonce/chargeonce/internal/apitest"
 )
 
 // benchTestChild makes this test binary act as the chargeonce binary, so
@@ -30,7 +32,7 @@ func TestBenchRunsTheRealServe(t *testing.T) {
 	// t.Setenv forbids t.Parallel: the children inherit the variable.
 	t.Setenv(benchTestChild, "1")
 	path := filepath.Join(t.TempDir(), "bench.db")
-	var out, errb syncBuffer
+	var out, errb apitest.Buffer
 	err := Main(context.Background(), []string{"bench", "--db", "sqlite:" + path,
 		"--duration", "100ms", "--rounds", "2", "--warmup", "10ms", "--concurrency", "2",
 		"--group", "2", "--replay-keys", "20", "--preload", "200"}, &out, &errb)
@@ -82,7 +84,7 @@ func TestBenchBadFlagsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--group", "1"}, "--group"},
 		{[]string{"bench", "stray"}, "unexpected argument"},
 	} {
-		var out, errb syncBuffer
+		var out, errb apitest.Buffer
 		err := Main(context.Background(), tc.args, &out, &errb)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)

@@ -22,11 +22,11 @@ func TestServeLogsJSONRequestLines(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr apitest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Main(ctx, []string{"serve", "--db", "sqlite:" + filepath.Join(t.TempDir(), "c.db"), "--addr", addr,
-			"--log-format", "json", "--api-keys", "acme:" + secret}, &syncBuffer{}, &stderr)
+			"--log-format", "json", "--api-keys", "acme:" + secret}, &apitest.Buffer{}, &stderr)
 	}()
 	base := "http://" + addr
 	apitest.Eventually(t, 10*time.Second, "serve to answer /healthz", func() bool {
@@ -77,13 +77,13 @@ func TestLogFormatFlag(t *testing.T) {
 		{"acquirer", "--log-format", "xml"},
 		{"reconcile", "--db", db, "--acquirer", "http://127.0.0.1:1", "--log-format", "xml"},
 	} {
-		err := Main(context.Background(), args, &syncBuffer{}, &syncBuffer{})
+		err := Main(context.Background(), args, &apitest.Buffer{}, &apitest.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), "--log-format") {
 			t.Errorf("%v: err = %v, want one naming --log-format", args, err)
 		}
 	}
 	for _, format := range []string{"text", "json"} {
-		var b syncBuffer
+		var b apitest.Buffer
 		log, err := newLogger(&b, "info", format)
 		if err != nil {
 			t.Fatalf("newLogger(%q): %v", format, err)

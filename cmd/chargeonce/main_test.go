@@ -19,24 +19,6 @@ func TestMain(m *testing.M) {
 	pgtest.VerifyMain(m)
 }
 
-// syncBuffer is a bytes.Buffer safe for a command's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
 	t.Parallel()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "c.db")
@@ -59,7 +41,7 @@ func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
 		{[]string{"serve", "extra"}, "unexpected argument"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
-		var out, errb syncBuffer
+		var out, errb apitest.Buffer
 		err := Main(context.Background(), tc.args, &out, &errb)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
@@ -70,7 +52,7 @@ func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
 func TestEnvironmentTwins(t *testing.T) {
 	// t.Setenv forbids t.Parallel.
 	t.Setenv("CHARGEONCE_LEASE", "soon")
-	err := Main(context.Background(), []string{"serve", "--db", "sqlite:" + filepath.Join(t.TempDir(), "c.db")}, &syncBuffer{}, &syncBuffer{})
+	err := Main(context.Background(), []string{"serve", "--db", "sqlite:" + filepath.Join(t.TempDir(), "c.db")}, &apitest.Buffer{}, &apitest.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "CHARGEONCE_LEASE") || !strings.Contains(err.Error(), "--lease") {
 		t.Fatalf("error %v, want one naming --lease and CHARGEONCE_LEASE", err)
 	}
@@ -100,10 +82,10 @@ func TestServeOnEachStore(t *testing.T) {
 			}
 			addr := freeAddr(t)
 			ctx, cancel := context.WithCancel(context.Background())
-			var stderr syncBuffer
+			var stderr apitest.Buffer
 			done := make(chan error, 1)
 			go func() {
-				done <- Main(ctx, []string{"serve", "--db", dbURL, "--addr", addr, "--reconcile-every", "100ms"}, &syncBuffer{}, &stderr)
+				done <- Main(ctx, []string{"serve", "--db", dbURL, "--addr", addr, "--reconcile-every", "100ms"}, &apitest.Buffer{}, &stderr)
 			}()
 			base := "http://" + addr
 			apitest.Eventually(t, 10*time.Second, "serve to answer /readyz", func() bool {
@@ -147,7 +129,7 @@ func TestServeOnEachStore(t *testing.T) {
 func TestMigrateAndReconcile(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	var out syncBuffer
+	var out apitest.Buffer
 	// Several migrations at once are safe (advisory lock).
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -155,7 +137,7 @@ func TestMigrateAndReconcile(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- Main(context.Background(), []string{"migrate", "--db", url}, &out, &syncBuffer{})
+			errs <- Main(context.Background(), []string{"migrate", "--db", url}, &out, &apitest.Buffer{})
 		}()
 	}
 	wg.Wait()
@@ -165,14 +147,14 @@ func TestMigrateAndReconcile(t *testing.T) {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
-	var rout syncBuffer
+	var rout apitest.Buffer
 	// reconcile refuses a simulator of its own: it must re-drive the
 	// acquirer the charges were sent to.
-	if err := Main(context.Background(), []string{"reconcile", "--db", url}, &rout, &syncBuffer{}); err == nil || !strings.Contains(err.Error(), "--acquirer") {
+	if err := Main(context.Background(), []string{"reconcile", "--db", url}, &rout, &apitest.Buffer{}); err == nil || !strings.Contains(err.Error(), "--acquirer") {
 		t.Fatalf("reconcile with the default in-process simulator: %v, want an error naming --acquirer", err)
 	}
 	// With nothing to recover, no acquirer is called.
-	if err := Main(context.Background(), []string{"reconcile", "--db", url, "--acquirer", "http://127.0.0.1:1"}, &rout, &syncBuffer{}); err != nil {
+	if err := Main(context.Background(), []string{"reconcile", "--db", url, "--acquirer", "http://127.0.0.1:1"}, &rout, &apitest.Buffer{}); err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}
 	if !strings.HasPrefix(rout.String(), "claimed=0 settled=0 deferred=0 stuck=0") {

@@ -19,7 +19,7 @@ import (
 // running is a serve command started by startServe.
 type running struct {
 	base   string
-	stderr *syncBuffer
+	stderr *apitest.Buffer
 	stop   func() error
 }
 
@@ -31,10 +31,10 @@ func startServe(t *testing.T, addr string, args ...string) *running {
 		args = append(args, "--db", "sqlite:"+filepath.Join(t.TempDir(), "c.db"))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{stderr: &syncBuffer{}}
+	r := &running{stderr: &apitest.Buffer{}}
 	done := make(chan error, 1)
 	go func() {
-		done <- Main(ctx, append([]string{"serve", "--addr", addr}, args...), &syncBuffer{}, r.stderr)
+		done <- Main(ctx, append([]string{"serve", "--addr", addr}, args...), &apitest.Buffer{}, r.stderr)
 	}()
 	host, port, _ := net.SplitHostPort(addr)
 	if host == "0.0.0.0" || host == "" || host == "::" {
@@ -129,7 +129,7 @@ func TestSimulatorRefusedOffLoopback(t *testing.T) {
 	} {
 		// Bounded: a serve that does not refuse would run until cancelled.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := Main(ctx, args, &syncBuffer{}, &syncBuffer{})
+		err := Main(ctx, args, &apitest.Buffer{}, &apitest.Buffer{})
 		cancel()
 		if err == nil || !strings.Contains(err.Error(), "--acquirer") || !strings.Contains(err.Error(), "--addr") || !strings.Contains(err.Error(), "chargeonce acquirer") {
 			t.Errorf("%v: error %v, want a refusal naming --acquirer, --addr and chargeonce acquirer", args, err)
@@ -210,7 +210,7 @@ func TestAPIKeysFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := Main(context.Background(), []string{"serve", "--db", "sqlite:" + filepath.Join(t.TempDir(), "c.db"), "--addr", freeAddr(t), "--api-keys-file", path}, &syncBuffer{}, &syncBuffer{})
+	err := Main(context.Background(), []string{"serve", "--db", "sqlite:" + filepath.Join(t.TempDir(), "c.db"), "--addr", freeAddr(t), "--api-keys-file", path}, &apitest.Buffer{}, &apitest.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--api-keys-file") || strings.Contains(err.Error(), "sk_live") {
 		t.Fatalf("a malformed digest line: error %v, want one naming --api-keys-file without any secret", err)
 	}
@@ -246,7 +246,7 @@ func TestAPIKeysFile(t *testing.T) {
 		{[]string{"--api-keys-file", path, "--api-keys", "a:b"}, "not both"},
 	} {
 		args := append([]string{"serve", "--db", "sqlite:" + filepath.Join(t.TempDir(), "c.db"), "--addr", freeAddr(t)}, tc.args...)
-		if err := Main(context.Background(), args, &syncBuffer{}, &syncBuffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := Main(context.Background(), args, &apitest.Buffer{}, &apitest.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/internal/natstest"
 )
 
@@ -23,10 +24,10 @@ func TestWorkerAndPublish(t *testing.T) {
 	db := "sqlite:" + filepath.Join(t.TempDir(), "q.db")
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var werr syncBuffer
+	var werr apitest.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Main(ctx, []string{"worker", "--nats", ns.URL, "--db", db, "--outbox-every", "100ms", "--metrics-addr", "127.0.0.1:0"}, &syncBuffer{}, &werr)
+		done <- Main(ctx, []string{"worker", "--nats", ns.URL, "--db", db, "--outbox-every", "100ms", "--metrics-addr", "127.0.0.1:0"}, &apitest.Buffer{}, &werr)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -43,7 +44,7 @@ func TestWorkerAndPublish(t *testing.T) {
 	}
 
 	run := func(args ...string) (string, error) {
-		var out, errb syncBuffer
+		var out, errb apitest.Buffer
 		err := Main(context.Background(), append([]string{"publish", "--nats", ns.URL, "--timeout", "20s"}, args...), &out, &errb)
 		return out.String(), err
 	}
@@ -117,7 +118,7 @@ func TestWorkerAndPublishBadConfiguration(t *testing.T) {
 		{[]string{"publish", "--order", "5"}, "--amount"},
 		{[]string{"publish", "--order", "5", "--amount", "5", "--nats", "nats://127.0.0.1:1"}, "--nats"},
 	} {
-		var out, errb syncBuffer
+		var out, errb apitest.Buffer
 		err := Main(context.Background(), tc.args, &out, &errb)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want it to name %s", tc.args, err, tc.want)
