@@ -461,7 +461,7 @@ func (c *Client) backoff(n int) time.Duration {
 	if window <= 0 {
 		return 0
 	}
-	return rand.N(window + 1)
+	return rand.N(window + 1) //nolint:gosec // G404: retry jitter, not a secret; math/rand is the right tool
 }
 
 // attempt sends cl once and reads the whole answer.

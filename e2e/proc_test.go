@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,35 +36,34 @@ import (
 // Generous: the machine is shared with other test runs.
 const startTimeout = 60 * time.Second
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
+// buildDir holds the built binary; removeBuild deletes it.
+var buildDir string
+
+// build builds the binary once per test binary and returns its path.
+var build = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "chargeonce-e2e-")
+	if err != nil {
+		return "", err
+	}
+	buildDir = dir
+	path := filepath.Join(dir, "chargeonce")
+	// "go" is the toolchain running these tests: go test puts its
+	// GOROOT/bin first in the test binary's PATH.
+	cmd := exec.Command("go", "build", "-o", path, "github.com/chargeonce/chargeonce/cmd/chargeonce")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/chargeonce: %w\n%s", err, out)
+	}
+	return path, nil
+})
 
 // binary returns the path of a chargeonce binary built from this tree.
 func binary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "chargeonce-e2e-")
-		if buildErr != nil {
-			return
-		}
-		buildPath = filepath.Join(buildDir, "chargeonce")
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			gobin = "go"
-		}
-		cmd := exec.Command(gobin, "build", "-o", buildPath, "github.com/chargeonce/chargeonce/cmd/chargeonce")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/chargeonce: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("building chargeonce: %v", buildErr)
+	path, err := build()
+	if err != nil {
+		t.Fatalf("building chargeonce: %v", err)
 	}
-	return buildPath
+	return path
 }
 
 // removeBuild deletes the built binary; TestMain calls it after the tests.
@@ -161,7 +159,7 @@ func (p *proc) run(wantAddr bool) {
 	}
 	f.Close() // the child holds its own descriptor
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(done) }() // the outcome is in cmd.ProcessState
 	p.mu.Lock()
 	p.cmd, p.done, p.addr = cmd, done, ""
 	p.mu.Unlock()

@@ -12,8 +12,8 @@ import (
 func TestBackoffShape(t *testing.T) {
 	t.Parallel()
 	const base, maxD = 100 * time.Millisecond, time.Second
-	for attempts, want := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
-		want *= time.Millisecond
+	for attempts, ms := range []int64{100, 200, 400, 800, 1000, 1000} {
+		want := time.Duration(ms) * time.Millisecond
 		if attempts == 5 {
 			attempts = 40 // far past the cap: no overflow
 		}

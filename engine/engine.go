@@ -371,7 +371,7 @@ func Backoff(attempts int, base, limit time.Duration) time.Duration {
 	}
 	d = min(d, limit)
 	if half := d / 2; half > 0 {
-		d = half + rand.N(d-half+1)
+		d = half + rand.N(d-half+1) //nolint:gosec // G404: back-off jitter, not a secret; math/rand is the right tool
 	}
 	return d
 }

@@ -361,8 +361,8 @@ func TestRetriesDuringOutageRespectBackoff(t *testing.T) {
 						i, i+1, gap.Round(time.Millisecond), i, lower, len(calls), retries)
 				}
 			}
-			if max := 1 + int(window/(base/2)); len(calls) > max {
-				t.Fatalf("%d acquirer calls for %d retries in %s; want at most %d", len(calls), retries, window, max)
+			if maxCalls := 1 + int(window/(base/2)); len(calls) > maxCalls {
+				t.Fatalf("%d acquirer calls for %d retries in %s; want at most %d", len(calls), retries, window, maxCalls)
 			}
 			rec, err := store.KeyGet(context.Background(), "demo", "outage")
 			if err != nil || rec.State != chargeonce.KeyProcessing {

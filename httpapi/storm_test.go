@@ -145,10 +145,10 @@ func TestRandomRequestStorm(t *testing.T) {
 	}
 }
 
-func countAtLeast(counts map[int]int, min int) int {
+func countAtLeast(counts map[int]int, lowest int) int {
 	n := 0
 	for s, c := range counts {
-		if s >= min {
+		if s >= lowest {
 			n += c
 		}
 	}

@@ -215,7 +215,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		return OutcomeError, false
 	}
 	redelivered = md.NumDelivered > 1
-	last := md.NumDelivered >= uint64(w.opts.MaxDeliver)
+	last := md.NumDelivered >= uint64(w.opts.MaxDeliver) //nolint:gosec // G115: MaxDeliver > 0, NewWorker replaces anything lower with DefaultMaxDeliver
 	seq := md.Sequence.Stream
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.WriteTimeout)
 	defer cancel()

@@ -363,8 +363,9 @@ func closeInstances(insts []*instance) {
 
 // instanceName is A, B, C, … for the first 26 instances.
 func instanceName(m int) string {
-	if m < 26 {
-		return string(rune('A' + m))
+	const letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	if m >= 0 && m < len(letters) {
+		return letters[m : m+1]
 	}
 	return fmt.Sprintf("#%d", m+1)
 }

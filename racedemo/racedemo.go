@@ -360,7 +360,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			gate:    make(chan struct{}),
 			checked: make(chan struct{}),
 		}
-		intents[i].pending.Store(int32(o.Attempts))
+		intents[i].pending.Store(int64(o.Attempts))
 	}
 
 	var wg sync.WaitGroup
@@ -426,7 +426,7 @@ type intent struct {
 	gate chan struct{}
 	// checked is closed once every attempt has passed its check (Barrier).
 	checked chan struct{}
-	pending atomic.Int32
+	pending atomic.Int64
 }
 
 // arrive marks one attempt past its check; the last one opens checked.

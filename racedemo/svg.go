@@ -303,8 +303,8 @@ func pickIntent(r *Result) int {
 func tickStep(span time.Duration) time.Duration {
 	span = max(span, time.Millisecond)
 	for unit := time.Millisecond; ; unit *= 10 {
-		for _, m := range []time.Duration{1, 2, 5} {
-			if s := m * unit; span/s <= 10 {
+		for _, m := range []int64{1, 2, 5} {
+			if s := time.Duration(m) * unit; span/s <= 10 {
 				return s
 			}
 		}

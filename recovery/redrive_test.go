@@ -60,11 +60,10 @@ func TestRedriveLooksUpBeforeResending(t *testing.T) {
 			}
 			time.Sleep(window + 100*time.Millisecond) // the acquirer forgets the reference
 
-			var final engine.Response
 			if tc.byRetry {
 				// The record's back-off is over: the retry takes it
 				// over and re-drives it.
-				final, err = eng.Charge(t.Context(), "demo", "k", req)
+				final, err := eng.Charge(t.Context(), "demo", "k", req)
 				if err != nil || final.Status != 201 {
 					t.Fatalf("retry: %d %s, %v; want 201", final.Status, final.Body, err)
 				}
@@ -73,7 +72,7 @@ func TestRedriveLooksUpBeforeResending(t *testing.T) {
 				if err != nil || res.Settled != 1 {
 					t.Fatalf("RunOnce = %+v, %v; want the record settled", res, err)
 				}
-				final = wantReplay(t, &env{store: e.store, eng: eng}, "k", req, 201)
+				wantReplay(t, &env{store: e.store, eng: eng}, "k", req, 201)
 			}
 			st := sim.Stats()
 			t.Logf("captures for the intent: %d (acquirer %+v)", sim.CapturedCount("demo", req.OrderID), st)

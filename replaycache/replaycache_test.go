@@ -111,10 +111,11 @@ func (f fixture) completed(t *testing.T, merchant, key string, ttl time.Duration
 	t.Helper()
 	ctx := context.Background()
 	p := intent(merchant, key)
-	if _, inserted, err := f.inner.Store.KeyInsert(ctx, p); err != nil || !inserted {
+	direct := f.inner.Store // past the counting wrapper
+	if _, inserted, err := direct.KeyInsert(ctx, p); err != nil || !inserted {
 		t.Fatalf("KeyInsert: inserted=%v err=%v", inserted, err)
 	}
-	if err := f.inner.Store.KeyComplete(ctx, chargeonce.KeyCompleteParams{
+	if err := direct.KeyComplete(ctx, chargeonce.KeyCompleteParams{
 		MerchantID: merchant, Key: key, Token: p.Token, ChargeStatus: chargeonce.StatusCaptured,
 		ResponseStatus: 201, ResponseBody: []byte(body), TTL: ttl,
 	}); err != nil {

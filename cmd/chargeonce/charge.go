@@ -145,7 +145,7 @@ func runCharge(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if perr := printJSON(stdout, out); perr != nil {
 			return perr
 		}
-		return exitCode(2)
+		return exitCodeError(2)
 
 	case errors.As(err, &gaveUp):
 		if errors.As(err, &pending) {

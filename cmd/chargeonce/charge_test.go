@@ -99,9 +99,9 @@ func TestChargeCommandDeclinedExits2(t *testing.T) {
 	inst, _ := startChargeAPI(t)
 	order := chargeOrderSeq.Add(1)
 	stdout, stderr, err := chargeCLI(t, inst.URL, "--order", strconv.FormatInt(order, 10), "--amount", "2500", "--token", acquirer.TokenDeclined)
-	var ec exitCode
+	var ec exitCodeError
 	if !errors.As(err, &ec) || ec != 2 {
-		t.Fatalf("err = %v, want exitCode(2)", err)
+		t.Fatalf("err = %v, want exitCodeError(2)", err)
 	}
 	c := decodeCLICharge(t, stdout)
 	if c.Status != "declined" || c.DeclineCode == nil || *c.DeclineCode != acquirer.DeclineInsufficientFunds || c.OrderID != order {
@@ -121,7 +121,7 @@ func TestChargeCommandFailuresExit1(t *testing.T) {
 		{"--order", "1", "--amount", "100", "--timeout", "0s"},
 	} {
 		_, _, err := chargeCLI(t, "http://127.0.0.1:1", args...)
-		var ec exitCode
+		var ec exitCodeError
 		if err == nil || errors.As(err, &ec) || !strings.Contains(err.Error(), "--") {
 			t.Fatalf("args %v: err = %v, want a flag error", args, err)
 		}
@@ -136,7 +136,7 @@ func TestChargeCommandFailuresExit1(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	_, stderr, err := chargeCLI(t, srv.URL, "--order", "1", "--amount", "100", "--key", "k-unknown", "--max-attempts", "2", "--timeout", "5s")
-	var ec exitCode
+	var ec exitCodeError
 	if err == nil || errors.As(err, &ec) {
 		t.Fatalf("err = %v, want an error for exit status 1", err)
 	}

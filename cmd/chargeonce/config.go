@@ -59,7 +59,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		env := envName(f.Name)
 		if v, ok := os.LookupEnv(env); ok {
 			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("invalid value %q for %s (from %s): %v", v, "--"+f.Name, env, serr)
+				err = fmt.Errorf("invalid value %q for %s (from %s): %w", v, "--"+f.Name, env, serr)
 			}
 		}
 	})

@@ -48,7 +48,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	var ec exitCode
+	var ec exitCodeError
 	switch {
 	case err == nil:
 	case errors.As(err, &ec):
@@ -63,11 +63,11 @@ func main() {
 	}
 }
 
-// exitCode is an error that only carries a process exit status; the command
-// has already said what it had to.
-type exitCode int
+// exitCodeError is an error that only carries a process exit status; the
+// command has already said what it had to.
+type exitCodeError int
 
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // Main runs the sub-command named by args[0].
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -71,7 +71,9 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("subscribing to results: %w", err)
 	}
-	defer sub.Unsubscribe()
+	// Unsubscribing fails only if the connection is already closed; nc.Close
+	// drops the subscription in any case.
+	defer func() { _ = sub.Unsubscribe() }()
 
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -90,7 +92,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				fmt.Fprintf(stderr, "no result within %s; send again with --key %s to learn the outcome\n", c.timeout, c.key)
-				return exitCode(1)
+				return exitCodeError(1)
 			}
 			return ctx.Err()
 		case r := <-results:
@@ -113,9 +115,9 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			case "201":
 				return nil
 			case "402":
-				return exitCode(2)
+				return exitCodeError(2)
 			default:
-				return exitCode(1)
+				return exitCodeError(1)
 			}
 		}
 	}

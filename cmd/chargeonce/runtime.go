@@ -167,8 +167,8 @@ func (r *runtime) close() { r.store.Close() }
 // serveMetrics serves GET /metrics (and, with the in-process simulator and a
 // loopback addr, its API under /acquirer/) on a listener of its own at addr.
 // It returns the function that closes it.
-func serveMetrics(addr string, rt *runtime, log *slog.Logger) (closeFn func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+func serveMetrics(ctx context.Context, addr string, rt *runtime, log *slog.Logger) (closeFn func(), err error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}

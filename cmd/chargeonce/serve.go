@@ -61,12 +61,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	api := httpapi.New(httpapi.Config{Engine: rt.engine, Store: rt.store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: rt.metrics})
 	handler := withSimulator(api, rt.sim, c.addr)
 
-	ln, err := net.Listen("tcp", c.addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", c.addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
 	if c.metricsAddr != "" {
-		closeMetrics, err := serveMetrics(c.metricsAddr, rt, log)
+		closeMetrics, err := serveMetrics(ctx, c.metricsAddr, rt, log)
 		if err != nil {
 			ln.Close()
 			return err

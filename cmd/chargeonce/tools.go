@@ -35,7 +35,7 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return opts.Validate()
 	}
 	sim := acquirer.NewSimulator(opts)
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}

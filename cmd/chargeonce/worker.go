@@ -98,7 +98,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Observer:    qm,
 	})
 	if c.metricsAddr != "" {
-		closeMetrics, err := serveMetrics(c.metricsAddr, rt, log)
+		closeMetrics, err := serveMetrics(ctx, c.metricsAddr, rt, log)
 		if err != nil {
 			return err
 		}

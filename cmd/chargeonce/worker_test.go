@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -58,11 +59,11 @@ func TestWorkerAndPublish(t *testing.T) {
 		t.Fatalf("publish again: %v\n%s\nwant the first body %s", err, again, body)
 	}
 	out, err = run("--order", "124", "--amount", "100", "--token", "tok_declined")
-	if ec, ok := err.(exitCode); !ok || ec != 2 || !strings.HasPrefix(out, "Status: 402") {
+	if ec := exitCodeError(0); !errors.As(err, &ec) || ec != 2 || !strings.HasPrefix(out, "Status: 402") {
 		t.Fatalf("declined: %v\n%s", err, out)
 	}
 	out, err = run("--order", "125", "--amount", "100", "--currency", "usd", "--key", "bad-currency")
-	if ec, ok := err.(exitCode); !ok || ec != 1 || !strings.HasPrefix(out, "Status: 400") || !strings.Contains(out, `"field":"currency"`) {
+	if ec := exitCodeError(0); !errors.As(err, &ec) || ec != 1 || !strings.HasPrefix(out, "Status: 400") || !strings.Contains(out, `"field":"currency"`) {
 		t.Fatalf("invalid currency: %v\n%s", err, out)
 	}
 

@@ -117,7 +117,8 @@ type Result struct {
 }
 
 // Do sends one request with the demo API key (unless headers override it)
-// and reads the whole answer.
+// and reads the whole answer. The request is bound to t's context: it is
+// cancelled when the test ends.
 func Do(t testing.TB, c *http.Client, method, url string, body []byte, headers map[string]string) (Result, error) {
 	t.Helper()
 	if c == nil {
@@ -127,7 +128,7 @@ func Do(t testing.TB, c *http.Client, method, url string, body []byte, headers m
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequest(method, url, rd)
+	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
 	if err != nil {
 		return Result{}, err
 	}

@@ -80,7 +80,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	ports := make([]int, n)
 	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +137,9 @@ type Message struct {
 	Data    []byte
 }
 
+// maxReadAll bounds what ReadAll holds in memory: far more than a test sends.
+const maxReadAll = 1 << 20
+
 // ReadAll returns every message of stream on subject (wildcards allowed),
 // in stream order, through a short-lived consumer that it deletes again.
 func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Message {
@@ -154,8 +157,14 @@ func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Mes
 	if err != nil {
 		t.Fatalf("natstest: reading %s: %v", subject, err)
 	}
-	defer js.DeleteConsumer(context.Background(), stream, cons.CachedInfo().Name)
-	n := int(cons.CachedInfo().NumPending)
+	// A consumer left behind goes by itself after InactiveThreshold.
+	defer func() { _ = js.DeleteConsumer(context.Background(), stream, cons.CachedInfo().Name) }()
+	pending := cons.CachedInfo().NumPending
+	if pending > maxReadAll {
+		t.Fatalf("natstest: reading %s: %d messages, more than ReadAll reads (%d)", subject, pending, maxReadAll)
+		return nil // not reached: Fatalf ends the test
+	}
+	n := int(pending)
 	out := make([]Message, 0, n)
 	for len(out) < n {
 		batch, err := cons.Fetch(min(n-len(out), 500), jetstream.FetchMaxWait(5*time.Second))

@@ -48,9 +48,11 @@ type owner struct {
 	uid, gid uint32
 }
 
-// startThrowaway creates and starts a throwaway cluster.
-func startThrowaway() (*throwaway, error) {
-	bindir, err := findBinDir()
+// startThrowaway creates and starts a throwaway cluster. ctx bounds the
+// setup and, through exec.CommandContext, the server process itself: pass a
+// context that outlives every test, since the cluster is stopped by stop.
+func startThrowaway(ctx context.Context) (*throwaway, error) {
+	bindir, err := findBinDir(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +80,7 @@ func startThrowaway() (*throwaway, error) {
 	}
 
 	data := filepath.Join(dir, "data")
-	initdb := command(own, dir, filepath.Join(bindir, "initdb"),
+	initdb := command(ctx, own, dir, filepath.Join(bindir, "initdb"),
 		"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb %s%s: %w\n%s", data, asUser(own), err, bytes.TrimSpace(out))
@@ -86,7 +88,7 @@ func startThrowaway() (*throwaway, error) {
 
 	var errs []error
 	for range launchAttempts {
-		c, err := launch(own, bindir, dir, data)
+		c, err := launch(ctx, own, bindir, dir, data)
 		if err == nil {
 			ok = true
 			return c, nil
@@ -98,8 +100,8 @@ func startThrowaway() (*throwaway, error) {
 
 // launch starts the server on a free loopback port and waits until it
 // accepts connections.
-func launch(own *owner, bindir, dir, data string) (*throwaway, error) {
-	port, err := freePort()
+func launch(ctx context.Context, own *owner, bindir, dir, data string) (*throwaway, error) {
+	port, err := freePort(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +131,7 @@ func launch(own *owner, bindir, dir, data string) (*throwaway, error) {
 		"-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off",
 	}
-	cmd := command(own, dir, filepath.Join(bindir, "postgres"), args...)
+	cmd := command(ctx, own, dir, filepath.Join(bindir, "postgres"), args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
@@ -148,21 +150,23 @@ func launch(own *owner, bindir, dir, data string) (*throwaway, error) {
 
 	deadline := time.Now().Add(startTimeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		conn, err := pgconn.Connect(ctx, c.url)
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		conn, err := pgconn.Connect(cctx, c.url)
 		cancel()
 		if err == nil {
-			conn.Close(context.Background())
+			conn.Close(ctx)
 			return c, nil
 		}
 		select {
 		case <-c.done:
-			return nil, fmt.Errorf("postgres on port %d exited (%v):\n%s", port, c.waitErr, tail(logPath))
+			return nil, fmt.Errorf("postgres on port %d exited (%w):\n%s", port, c.waitErr, tail(logPath))
 		default:
 		}
 		if time.Now().After(deadline) {
-			c.halt()
-			return nil, fmt.Errorf("postgres on port %d not ready after %v: %v\n%s", port, startTimeout, err, tail(logPath))
+			herr := c.halt()
+			return nil, errors.Join(
+				fmt.Errorf("postgres on port %d not ready after %v: %w\n%s", port, startTimeout, err, tail(logPath)),
+				herr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -181,9 +185,13 @@ func (c *throwaway) halt() error {
 		select {
 		case <-c.done:
 		case <-time.After(stopTimeout):
-			c.cmd.Process.Kill()
+			kerr := c.cmd.Process.Kill()
 			<-c.done
-			err = fmt.Errorf("postgres did not shut down within %v; killed it", stopTimeout)
+			if kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
+				err = fmt.Errorf("postgres did not shut down within %v; killing it: %w", stopTimeout, kerr)
+			} else {
+				err = fmt.Errorf("postgres did not shut down within %v; killed it", stopTimeout)
+			}
 		}
 	} else {
 		<-c.done
@@ -191,9 +199,10 @@ func (c *throwaway) halt() error {
 	return err
 }
 
-// command prepares a PostgreSQL program to run in dir as own.
-func command(own *owner, dir, path string, args ...string) *exec.Cmd {
-	cmd := exec.Command(path, args...)
+// command prepares a PostgreSQL program to run in dir as own; ctx ending
+// kills it.
+func command(ctx context.Context, own *owner, dir, path string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	cmd.SysProcAttr = sysProcAttr(own)
@@ -226,7 +235,7 @@ func clusterOwner() (*owner, error) {
 }
 
 // findBinDir locates the directory holding initdb and postgres.
-func findBinDir() (string, error) {
+func findBinDir(ctx context.Context) (string, error) {
 	var tried []string
 	has := func(dir string) bool {
 		tried = append(tried, dir)
@@ -238,7 +247,7 @@ func findBinDir() (string, error) {
 		return true
 	}
 	if pgConfig, err := exec.LookPath("pg_config"); err == nil {
-		if out, err := exec.Command(pgConfig, "--bindir").Output(); err == nil {
+		if out, err := exec.CommandContext(ctx, pgConfig, "--bindir").Output(); err == nil {
 			if dir := strings.TrimSpace(string(out)); has(dir) {
 				return dir, nil
 			}
@@ -273,8 +282,8 @@ func majorOf(binDir string) int {
 }
 
 // freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (int, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
@@ -288,9 +297,9 @@ func tail(path string) string {
 	if err != nil {
 		return fmt.Sprintf("(no server log: %v)", err)
 	}
-	const max = 4000
-	if len(b) > max {
-		b = b[len(b)-max:]
+	const maxTail = 4000
+	if len(b) > maxTail {
+		b = b[len(b)-maxTail:]
 	}
 	return string(bytes.TrimSpace(b))
 }

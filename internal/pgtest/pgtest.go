@@ -51,33 +51,27 @@ const EnvURL = "TEST_DATABASE_URL"
 const adminTimeout = 30 * time.Second
 
 var (
-	serverOnce sync.Once
-	serverURL  string
-	serverErr  error
-	cluster    *throwaway // nil unless this process started one
-	clusterMu  sync.Mutex
+	cluster   *throwaway // nil unless this process started one
+	clusterMu sync.Mutex
 )
 
 // server returns the base URL of the server this test binary uses, starting
 // the throwaway cluster on first use when TEST_DATABASE_URL is unset.
-func server() (string, error) {
-	serverOnce.Do(func() {
-		if u := os.Getenv(EnvURL); u != "" {
-			serverURL = u
-			return
-		}
-		c, err := startThrowaway()
-		if err != nil {
-			serverErr = fmt.Errorf("%w\n\n%s", err, howToProvide)
-			return
-		}
-		clusterMu.Lock()
-		cluster = c
-		clusterMu.Unlock()
-		serverURL = c.url
-	})
-	return serverURL, serverErr
-}
+var server = sync.OnceValues(func() (string, error) {
+	if u := os.Getenv(EnvURL); u != "" {
+		return u, nil
+	}
+	// The cluster serves every test of the binary and is stopped by Stop,
+	// not by any test's context.
+	c, err := startThrowaway(context.Background())
+	if err != nil {
+		return "", fmt.Errorf("%w\n\n%s", err, howToProvide)
+	}
+	clusterMu.Lock()
+	cluster = c
+	clusterMu.Unlock()
+	return c.url, nil
+})
 
 const howToProvide = `pgtest needs a PostgreSQL server. Either
   - set TEST_DATABASE_URL, for example

@@ -49,7 +49,7 @@ const serverSetupTimeout = 60 * time.Second
 func NewServer(t testing.TB) *Server {
 	t.Helper()
 	s := newServer(t, "server")
-	initdb := command(s.own, s.dir, filepath.Join(s.bindir, "initdb"),
+	initdb := command(t.Context(), s.own, s.dir, filepath.Join(s.bindir, "initdb"),
 		"-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("pgtest: initdb %s%s: %v\n%s", s.data, asUser(s.own), err, out)
@@ -62,7 +62,7 @@ func NewServer(t testing.TB) *Server {
 // user) and picks its port; it does not start it.
 func newServer(t testing.TB, name string) *Server {
 	t.Helper()
-	bindir, err := findBinDir()
+	bindir, err := findBinDir(t.Context())
 	if err != nil {
 		t.Fatalf("pgtest: %v\n\n%s", err, howToProvide)
 	}
@@ -80,7 +80,7 @@ func newServer(t testing.TB, name string) *Server {
 			t.Fatalf("pgtest: handing %s to OS user %s: %v", dir, own.name, err)
 		}
 	}
-	port, err := freePort()
+	port, err := freePort(t.Context())
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatalf("pgtest: %v", err)
@@ -131,12 +131,14 @@ func (s *Server) Start() {
 	for _, kv := range s.extra {
 		args = append(args, "-c", kv)
 	}
-	logFile, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logFile, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		s.mu.Unlock()
 		s.t.Fatalf("pgtest: %v", err)
 	}
-	cmd := command(s.own, s.dir, filepath.Join(s.bindir, "postgres"), args...)
+	// Not the test's context: that ends before the cleanup that stops the
+	// server (halt) runs, and would SIGKILL it first.
+	cmd := command(context.Background(), s.own, s.dir, filepath.Join(s.bindir, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	err = cmd.Start()
 	logFile.Close()
@@ -175,7 +177,7 @@ func (s *Server) Start() {
 // next start recovers from the WAL). It returns once the server is gone.
 func (s *Server) Crash() {
 	s.t.Helper()
-	ctl := command(s.own, s.dir, filepath.Join(s.bindir, "pg_ctl"), "stop", "-D", s.data, "-m", "immediate", "-w")
+	ctl := command(s.t.Context(), s.own, s.dir, filepath.Join(s.bindir, "pg_ctl"), "stop", "-D", s.data, "-m", "immediate", "-w")
 	if out, err := ctl.CombinedOutput(); err != nil {
 		s.t.Fatalf("pgtest: pg_ctl stop -m immediate: %v\n%s", err, out)
 	}
@@ -234,7 +236,7 @@ func NewPair(t testing.TB) *Pair {
 	t.Helper()
 	p := &Pair{Primary: newServer(t, "primary"), Standby: newServer(t, "standby")}
 	pr := p.Primary
-	initdb := command(pr.own, pr.dir, filepath.Join(pr.bindir, "initdb"),
+	initdb := command(t.Context(), pr.own, pr.dir, filepath.Join(pr.bindir, "initdb"),
 		"-D", pr.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("pgtest: initdb %s%s: %v\n%s", pr.data, asUser(pr.own), err, out)
@@ -246,7 +248,7 @@ func NewPair(t testing.TB) *Pair {
 	// -R writes standby.signal and primary_conninfo; -X stream copies the
 	// WAL the backup needs. initdb -A trust allowed replication
 	// connections from 127.0.0.1.
-	backup := command(sb.own, sb.dir, filepath.Join(sb.bindir, "pg_basebackup"),
+	backup := command(t.Context(), sb.own, sb.dir, filepath.Join(sb.bindir, "pg_basebackup"),
 		"-h", "127.0.0.1", "-p", strconv.Itoa(pr.port), "-U", "postgres",
 		"-D", sb.data, "-R", "-X", "stream", "--no-sync", "-c", "fast")
 	if out, err := backup.CombinedOutput(); err != nil {
