@@ -57,6 +57,15 @@ type Option func(*options)
 type options struct {
 	maxConns    int
 	maxConnsSet bool // else the URL's pool_max_conns, or DefaultMaxConns
+	noBatching  bool
+}
+
+// WithoutBatching makes every KeyInsert and KeyComplete run its own
+// single-row statement instead of joining concurrent attempts in one
+// statement (batch.go). For tests and measurements: the outcomes are the
+// same, only slower under load.
+func WithoutBatching() Option {
+	return func(o *options) { o.noBatching = true }
 }
 
 // WithMaxConns sets the most connections the store opens to PostgreSQL. It
@@ -70,6 +79,9 @@ func WithMaxConns(n int) Option {
 // database.
 type Store struct {
 	pool *pgxpool.Pool
+	// inserts and completes coalesce concurrent attempts' KeyInsert and
+	// KeyComplete (batch.go); nil with WithoutBatching.
+	inserts, completes *batcher
 }
 
 var _ chargeonce.Store = (*Store)(nil)
@@ -106,7 +118,11 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 		pool.Close()
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool}
+	if !o.noBatching {
+		newBatchers(s)
+	}
+	return s, nil
 }
 
 // Pool returns the store's connection pool, for the readiness check, metrics
@@ -269,19 +285,20 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 	}
 	ch := p.Charge
 	for range keyInsertAttempts {
-		var inserted bool
-		rec, expired, err := scanRecord(s.pool.QueryRow(ctx, keyInsertSQL,
-			ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID,
-			ch.OrderID, ch.AmountCents, ch.Currency, ch.PaymentToken, ch.Description,
-		), &inserted)
+		rec, inserted, expired, err := s.insertRound(ctx, p)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The key is taken by a record this statement's snapshot
-			// cannot see (committed while we waited on it), or the record
+			// cannot see (committed while we waited on it, or inserted by
+			// an attempt earlier in the same batch), or the record
 			// vanished meanwhile. Look again with a fresh snapshot.
 			rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyGetSQL, ch.MerchantID, ch.IdempotencyKey))
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // released or swept since: try the insert again
 			}
+			// A batch that failed after it committed (a connection lost on
+			// COMMIT) was run again as single statements: the record may
+			// be this very attempt's, which only it can hold the token of.
+			inserted = err == nil && rec.Token == p.Token
 		}
 		if err != nil {
 			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: %w", translate(err))
@@ -301,6 +318,35 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 		return rec, false, nil
 	}
 	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: the existing record kept disappearing; gave up after %d attempts", keyInsertAttempts)
+}
+
+// insertRound runs one round of KeyInsert's insert: in a batch with
+// concurrent attempts, or alone. pgx.ErrNoRows means the key is held by a
+// record the statement could not see.
+func (s *Store) insertRound(ctx context.Context, p chargeonce.KeyInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+	if s.inserts == nil {
+		return s.insertOne(ctx, p)
+	}
+	j := &insertJob{jobState: jobState{ctx: ctx}, p: p}
+	if err := s.inserts.do(j); err != nil {
+		return chargeonce.KeyRecord{}, false, false, err
+	}
+	return j.rec, j.inserted, j.expired, j.err
+}
+
+// insertOne is one round of KeyInsert's insert as a single statement.
+func (s *Store) insertOne(ctx context.Context, p chargeonce.KeyInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+	ch := p.Charge
+	rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyInsertSQL,
+		ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID,
+		ch.OrderID, ch.AmountCents, ch.Currency, ch.PaymentToken, ch.Description,
+	), &inserted)
+	if err == nil && !inserted && rec.Token == p.Token {
+		// Our own record: a batch this attempt was in committed it before
+		// failing, and this retry of the insert found it.
+		inserted = true
+	}
+	return rec, inserted, expired, err
 }
 
 // KeyGet returns the record and its charge, or ENOTFOUND. Like the read in
@@ -327,6 +373,21 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 // whose lease recovery took over finds its token replaced and gets ESTALE,
 // so it can never overwrite the answer recovery stores.
 func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
+	if s.completes == nil {
+		return s.completeOne(ctx, p, false)
+	}
+	j := &completeJob{jobState: jobState{ctx: ctx}, p: p}
+	if err := s.completes.do(j); err != nil {
+		return fmt.Errorf("completing idempotency key: %w", translate(err))
+	}
+	return j.err
+}
+
+// completeOne is KeyComplete as a single statement. retry is set when the
+// attempt's batch failed: it may have committed before the failure was
+// seen, so a record already completed under this attempt's token is this
+// attempt's own completion, not a lost compare-and-set.
+func (s *Store) completeOne(ctx context.Context, p chargeonce.KeyCompleteParams, retry bool) error {
 	var n int
 	err := s.pool.QueryRow(ctx, keyCompleteSQL,
 		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.ChargeStatus), p.DeclineCode, p.TTL,
@@ -335,7 +396,13 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 		return fmt.Errorf("completing idempotency key: %w", translate(err))
 	}
 	if n == 0 {
-		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", p.Key)
+		if retry {
+			if rec, err := s.KeyGet(ctx, p.MerchantID, p.Key); err == nil &&
+				rec.State == chargeonce.KeyCompleted && rec.Token == p.Token {
+				return nil
+			}
+		}
+		return staleErr(p.Key)
 	}
 	return nil
 }
