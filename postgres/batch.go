@@ -16,8 +16,8 @@ import (
 // (INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING, UPDATE ...
 // FROM unnest(...) with the token compare-and-set per row).
 //
-// The batching is natural: a batch starts at once when fewer than
-// batchesInFlight of its kind are running, so a lone attempt waits for
+// The batching is natural: a batch starts at once when none of its kind
+// is running (batchesInFlight), so a lone attempt waits for
 // nobody and runs the very single-row statement it ran before batching
 // existed; batches only grow when the database is already busy.
 //
@@ -28,9 +28,10 @@ import (
 // so no attempt ever sees an error caused by another.
 
 const (
-	// batchesInFlight is how many batches of one kind may run at once. More
-	// than one keeps an attempt from waiting a whole batch behind a slow
-	// commit; few keeps batches large.
+	// batchesInFlight is how many batches of one kind may run at once. One
+	// keeps batches as large as the load makes them: measured with
+	// `chargeonce bench` at 16 clients, two in flight made batches half as
+	// large and cost PostgreSQL about 1.6 times the CPU per charge.
 	batchesInFlight = 1
 	// batchMax bounds the attempts in one statement.
 	batchMax = 256
