@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,6 +67,10 @@ type batcher struct {
 	// conflicts, when set, keeps two jobs with the same key out of one
 	// batch: the later one waits for the next.
 	conflicts func(j job) string
+
+	// batched counts the batch statements run (two jobs or more), failed
+	// those that failed and fell back to single statements.
+	batched, failed atomic.Int64
 
 	mu       sync.Mutex
 	queue    []job
@@ -153,10 +158,12 @@ func (b *batcher) exec(batch []job) {
 	if len(batch) == 1 {
 		b.single(batch[0], false)
 	} else {
+		b.batched.Add(1)
 		ctx, cancel := batchContext(batch)
 		err := b.run(ctx, batch)
 		cancel()
 		if err != nil {
+			b.failed.Add(1)
 			var wg sync.WaitGroup
 			for _, j := range batch {
 				wg.Go(func() { b.single(j, true) })
