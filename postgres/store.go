@@ -3,7 +3,10 @@
 //
 // Every method is one statement in autocommit (data-modifying CTEs where a
 // change spans both tables), so it costs one round trip, commits before it
-// returns, and holds no row lock afterwards. In particular the record that
+// returns, and holds no row lock afterwards. Under load the inserts of
+// concurrent attempts share one multi-row statement, and so do their
+// completions (group commit, batch.go): still one statement and one commit
+// per attempt's step, each attempt with its own outcome. In particular the record that
 // guards an intent is committed before the engine calls the acquirer: a
 // transaction held open across that call would make every retry wait on a
 // row lock instead of getting its answer at once.
@@ -256,7 +259,8 @@ WITH k AS (
 SELECT count(*) FROM k`
 
 // Statements are the SQL texts of a charge's hot path, exactly as the store
-// runs them, with the parameters of KeyInsert, KeyGet and KeyComplete. They
+// runs them for an attempt alone (a batch of one, or WithoutBatching), with
+// the parameters of KeyInsert, KeyGet and KeyComplete. They
 // are exported for the benchmark (package bench), whose bare handler must run
 // the very statements chargeonce runs; nothing else should need them.
 var Statements = struct {
