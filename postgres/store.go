@@ -3,7 +3,10 @@
 //
 // Every method is one statement in autocommit (data-modifying CTEs where a
 // change spans both tables), so it costs one round trip, commits before it
-// returns, and holds no row lock afterwards. In particular the record that
+// returns, and holds no row lock afterwards. Under load the inserts of
+// concurrent attempts share one multi-row statement, and so do their
+// completions (group commit, batch.go): still one statement and one commit
+// per attempt's step, each attempt with its own outcome. In particular the record that
 // guards an intent is committed before the engine calls the acquirer: a
 // transaction held open across that call would make every retry wait on a
 // row lock instead of getting its answer at once.
@@ -57,6 +60,15 @@ type Option func(*options)
 type options struct {
 	maxConns    int
 	maxConnsSet bool // else the URL's pool_max_conns, or DefaultMaxConns
+	noBatching  bool
+}
+
+// WithoutBatching makes every KeyInsert and KeyComplete run its own
+// single-row statement instead of joining concurrent attempts in one
+// statement (batch.go). For tests and measurements: the outcomes are the
+// same, only slower under load.
+func WithoutBatching() Option {
+	return func(o *options) { o.noBatching = true }
 }
 
 // WithMaxConns sets the most connections the store opens to PostgreSQL. It
@@ -70,6 +82,9 @@ func WithMaxConns(n int) Option {
 // database.
 type Store struct {
 	pool *pgxpool.Pool
+	// inserts and completes coalesce concurrent attempts' KeyInsert and
+	// KeyComplete (batch.go); nil with WithoutBatching.
+	inserts, completes *batcher
 }
 
 var _ chargeonce.Store = (*Store)(nil)
@@ -106,7 +121,11 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 		pool.Close()
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool}
+	if !o.noBatching {
+		newBatchers(s)
+	}
+	return s, nil
 }
 
 // Pool returns the store's connection pool, for the readiness check, metrics
@@ -240,7 +259,8 @@ WITH k AS (
 SELECT count(*) FROM k`
 
 // Statements are the SQL texts of a charge's hot path, exactly as the store
-// runs them, with the parameters of KeyInsert, KeyGet and KeyComplete. They
+// runs them for an attempt alone (a batch of one, or WithoutBatching), with
+// the parameters of KeyInsert, KeyGet and KeyComplete. They
 // are exported for the benchmark (package bench), whose bare handler must run
 // the very statements chargeonce runs; nothing else should need them.
 var Statements = struct {
@@ -269,19 +289,20 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 	}
 	ch := p.Charge
 	for range keyInsertAttempts {
-		var inserted bool
-		rec, expired, err := scanRecord(s.pool.QueryRow(ctx, keyInsertSQL,
-			ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID,
-			ch.OrderID, ch.AmountCents, ch.Currency, ch.PaymentToken, ch.Description,
-		), &inserted)
+		rec, inserted, expired, err := s.insertRound(ctx, p)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The key is taken by a record this statement's snapshot
-			// cannot see (committed while we waited on it), or the record
+			// cannot see (committed while we waited on it, or inserted by
+			// an attempt earlier in the same batch), or the record
 			// vanished meanwhile. Look again with a fresh snapshot.
 			rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyGetSQL, ch.MerchantID, ch.IdempotencyKey))
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // released or swept since: try the insert again
 			}
+			// A batch that failed after it committed (a connection lost on
+			// COMMIT) was run again as single statements: the record may
+			// be this very attempt's, which only it can hold the token of.
+			inserted = err == nil && rec.Token == p.Token
 		}
 		if err != nil {
 			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: %w", translate(err))
@@ -301,6 +322,35 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 		return rec, false, nil
 	}
 	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: the existing record kept disappearing; gave up after %d attempts", keyInsertAttempts)
+}
+
+// insertRound runs one round of KeyInsert's insert: in a batch with
+// concurrent attempts, or alone. pgx.ErrNoRows means the key is held by a
+// record the statement could not see.
+func (s *Store) insertRound(ctx context.Context, p chargeonce.KeyInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+	if s.inserts == nil {
+		return s.insertOne(ctx, p)
+	}
+	j := &insertJob{jobState: jobState{ctx: ctx}, p: p}
+	if err := s.inserts.do(j); err != nil {
+		return chargeonce.KeyRecord{}, false, false, err
+	}
+	return j.rec, j.inserted, j.expired, j.err
+}
+
+// insertOne is one round of KeyInsert's insert as a single statement.
+func (s *Store) insertOne(ctx context.Context, p chargeonce.KeyInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+	ch := p.Charge
+	rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyInsertSQL,
+		ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID,
+		ch.OrderID, ch.AmountCents, ch.Currency, ch.PaymentToken, ch.Description,
+	), &inserted)
+	if err == nil && !inserted && rec.Token == p.Token {
+		// Our own record: a batch this attempt was in committed it before
+		// failing, and this retry of the insert found it.
+		inserted = true
+	}
+	return rec, inserted, expired, err
 }
 
 // KeyGet returns the record and its charge, or ENOTFOUND. Like the read in
@@ -327,6 +377,21 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 // whose lease recovery took over finds its token replaced and gets ESTALE,
 // so it can never overwrite the answer recovery stores.
 func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
+	if s.completes == nil {
+		return s.completeOne(ctx, p, false)
+	}
+	j := &completeJob{jobState: jobState{ctx: ctx}, p: p}
+	if err := s.completes.do(j); err != nil {
+		return fmt.Errorf("completing idempotency key: %w", translate(err))
+	}
+	return j.err
+}
+
+// completeOne is KeyComplete as a single statement. retry is set when the
+// attempt's batch failed: it may have committed before the failure was
+// seen, so a record already completed under this attempt's token is this
+// attempt's own completion, not a lost compare-and-set.
+func (s *Store) completeOne(ctx context.Context, p chargeonce.KeyCompleteParams, retry bool) error {
 	var n int
 	err := s.pool.QueryRow(ctx, keyCompleteSQL,
 		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.ChargeStatus), p.DeclineCode, p.TTL,
@@ -335,7 +400,13 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 		return fmt.Errorf("completing idempotency key: %w", translate(err))
 	}
 	if n == 0 {
-		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", p.Key)
+		if retry {
+			if rec, err := s.KeyGet(ctx, p.MerchantID, p.Key); err == nil &&
+				rec.State == chargeonce.KeyCompleted && rec.Token == p.Token {
+				return nil
+			}
+		}
+		return staleErr(p.Key)
 	}
 	return nil
 }

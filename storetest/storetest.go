@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"InsertExistingReturnsFirst", testInsertExistingReturnsFirst},
 		{"KeysScopedToMerchant", testKeysScopedToMerchant},
 		{"InsertRaceOneWinner", testInsertRaceOneWinner},
+		{"RaceManyKeys", testRaceManyKeys},
 		{"CompleteByOwner", testCompleteByOwner},
 		{"CompleteDeclined", testCompleteDeclined},
 		{"CompleteStaleToken", testCompleteStaleToken},

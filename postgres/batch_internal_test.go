@@ -1,0 +1,313 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/pgtest"
+)
+
+// setupBatch returns a migrated store in a schema of its own.
+func setupBatch(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), pgtest.URL(t), WithMaxConns(8))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s
+}
+
+func intent(key string) chargeonce.KeyInsertParams {
+	return chargeonce.KeyInsertParams{
+		Fingerprint: "fp_" + key,
+		Token:       "tok_" + key + "_" + fmt.Sprint(time.Now().UnixNano()),
+		Lease:       time.Hour,
+		Charge: chargeonce.Charge{
+			ID: "ch_" + key, MerchantID: "m1", IdempotencyKey: key, OrderID: 1,
+			AmountCents: 100, Currency: "BRL", PaymentToken: "tok_ok",
+		},
+	}
+}
+
+// waitFor polls cond (under b's lock) until it holds, or fails the test.
+func waitFor(t *testing.T, b *batcher, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.mu.Lock()
+		ok := cond()
+		b.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// holdInserts makes the insert batcher's running batch wait: another
+// transaction inserts key "blocker" and keeps it uncommitted, and an
+// attempt on that key leads a batch that waits on it. Attempts made
+// meanwhile queue up and go together in the next batch once release rolls
+// the transaction back; wait then returns the leader's outcome.
+func holdInserts(t *testing.T, s *Store) (release func(), wait func() (bool, error)) {
+	t.Helper()
+	tx, err := s.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	if _, err := tx.Exec(t.Context(), `INSERT INTO idempotency_keys
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
+		VALUES ('m1', 'blocker', 'fp', 'tok', 'processing', now(), 'ch_x')`); err != nil {
+		t.Fatalf("holding the key: %v", err)
+	}
+	var (
+		inserted bool
+		lerr     error
+		done     = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		_, inserted, lerr = s.KeyInsert(context.Background(), intent("blocker"))
+	}()
+	waitFor(t, s.inserts, "the leading batch", func() bool { return s.inserts.inFlight == 1 })
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
+	t.Cleanup(func() { release(); <-done })
+	return release, func() (bool, error) { <-done; return inserted, lerr }
+}
+
+// A batch whose statement fails as a whole (here one attempt's charge is
+// refused by a trigger) is run again as single statements: the attempt at
+// fault gets its own error, every other attempt its own success.
+func TestBatchFailureFallsBackToSingles(t *testing.T) {
+	t.Parallel()
+	s := setupBatch(t)
+	if _, err := s.pool.Exec(t.Context(), `
+CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'poisoned charge %', NEW.id; END $$;
+CREATE TRIGGER refuse_poison BEFORE INSERT ON charges
+FOR EACH ROW WHEN (NEW.idempotency_key = 'poison') EXECUTE FUNCTION refuse_poison();`); err != nil {
+		t.Fatalf("creating the trigger: %v", err)
+	}
+	release, wait := holdInserts(t, s)
+
+	keys := []string{"a", "b", "poison", "c", "d"}
+	type out struct {
+		inserted bool
+		err      error
+	}
+	outs := make([]out, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			_, outs[i].inserted, outs[i].err = s.KeyInsert(t.Context(), intent(k))
+		})
+	}
+	waitFor(t, s.inserts, "the attempts to queue", func() bool { return len(s.inserts.queue) == len(keys) })
+	release()
+	wg.Wait()
+	if ins, err := wait(); err != nil || !ins {
+		t.Fatalf("the leading attempt: inserted=%v err=%v", ins, err)
+	}
+	if got := s.inserts.failed.Load(); got != 1 {
+		t.Fatalf("%d failed batches, want 1 (the five attempts went in one batch)", got)
+	}
+	for i, k := range keys {
+		o := outs[i]
+		if k == "poison" {
+			if o.err == nil || !strings.Contains(o.err.Error(), "poisoned charge") {
+				t.Fatalf("poison: err = %v, want its own trigger's error", o.err)
+			}
+			if _, err := s.KeyGet(t.Context(), "m1", k); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+				t.Fatalf("poison: KeyGet after the failed insert: %v, want ENOTFOUND", err)
+			}
+			continue
+		}
+		if o.err != nil || !o.inserted {
+			t.Fatalf("%s: inserted=%v err=%v: an attempt saw another's failure", k, o.inserted, o.err)
+		}
+		if rec, err := s.KeyGet(t.Context(), "m1", k); err != nil || rec.Charge.ID != "ch_"+k {
+			t.Fatalf("%s: KeyGet: %+v %v", k, rec.Charge, err)
+		}
+	}
+}
+
+// An attempt whose context ends while it waits in the queue leaves it and
+// never runs: no record appears after its caller was told it failed.
+func TestBatchQueuedAttemptCancelled(t *testing.T) {
+	t.Parallel()
+	s := setupBatch(t)
+	release, wait := holdInserts(t, s)
+
+	// A live attempt queues too, so that the two would share a batch.
+	var (
+		wg      sync.WaitGroup
+		liveIns bool
+		liveErr error
+	)
+	wg.Go(func() { _, liveIns, liveErr = s.KeyInsert(t.Context(), intent("live")) })
+	waitFor(t, s.inserts, "the live attempt to queue", func() bool { return len(s.inserts.queue) == 1 })
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	// Should the attempt wait out the batch instead of leaving, the held
+	// batch goes on after a while and the checks below fail rather than
+	// hang.
+	safety := time.AfterFunc(5*time.Second, release)
+	defer safety.Stop()
+	_, _, err := s.KeyInsert(ctx, intent("gone"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("KeyInsert with a context ending in the queue: %v, want its deadline", err)
+	}
+	s.inserts.mu.Lock()
+	queued := len(s.inserts.queue)
+	s.inserts.mu.Unlock()
+	if queued != 1 {
+		t.Fatalf("%d attempts left in the queue, want 1 (the live one)", queued)
+	}
+	release()
+	if _, err := wait(); err != nil {
+		t.Fatalf("the leading attempt: %v", err)
+	}
+	wg.Wait()
+	if !liveIns || liveErr != nil {
+		t.Fatalf("the live attempt: inserted=%v err=%v", liveIns, liveErr)
+	}
+	if _, err := s.KeyGet(t.Context(), "m1", "gone"); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+		t.Fatalf("KeyGet of the cancelled attempt's key: %v, want ENOTFOUND", err)
+	}
+}
+
+func insertOK(t *testing.T, s *Store, p chargeonce.KeyInsertParams) chargeonce.KeyRecord {
+	t.Helper()
+	rec, inserted, err := s.KeyInsert(t.Context(), p)
+	if err != nil || !inserted {
+		t.Fatalf("KeyInsert(%s): inserted=%v err=%v", p.Charge.IdempotencyKey, inserted, err)
+	}
+	return rec
+}
+
+// Completions queued behind a running one go together in one statement:
+// each owner's compare-and-set succeeds, a stale token on a key of the same
+// batch gets ESTALE (in a batch of its own: one key never appears twice in
+// a batch), and the outbox trigger writes a notified record's answer.
+func TestBatchCompletions(t *testing.T) {
+	t.Parallel()
+	s := setupBatch(t)
+	recs := map[string]chargeonce.KeyInsertParams{}
+	for _, k := range []string{"held", "a", "b", "c", "notified"} {
+		p := intent(k)
+		insertOK(t, s, p)
+		recs[k] = p
+	}
+	if ok, err := s.KeyNotify(t.Context(), "m1", "notified"); err != nil || !ok {
+		t.Fatalf("KeyNotify: %v %v", ok, err)
+	}
+	complete := func(k, token string) error {
+		return s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{
+			MerchantID: "m1", Key: k, Token: token, ChargeStatus: chargeonce.StatusCaptured,
+			ResponseStatus: 201, ResponseBody: []byte(`{"key":"` + k + `"}`), TTL: time.Hour,
+		})
+	}
+	// Hold the first completion on a row lock.
+	tx, err := s.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // released below
+	if _, err := tx.Exec(t.Context(), `SELECT FROM idempotency_keys WHERE key = 'held' FOR UPDATE`); err != nil {
+		t.Fatalf("locking: %v", err)
+	}
+	var wg sync.WaitGroup
+	var heldErr error
+	wg.Go(func() { heldErr = complete("held", recs["held"].Token) })
+	waitFor(t, s.completes, "the leading batch", func() bool { return s.completes.inFlight == 1 })
+
+	type call struct{ key, token, want string }
+	calls := []call{
+		{"a", recs["a"].Token, ""}, {"b", recs["b"].Token, ""}, {"c", recs["c"].Token, ""},
+		{"notified", recs["notified"].Token, ""}, {"a", "tok_stale", chargeonce.ESTALE},
+	}
+	errs := make([]error, len(calls))
+	for i, c := range calls {
+		wg.Go(func() { errs[i] = complete(c.key, c.token) })
+	}
+	waitFor(t, s.completes, "the completions to queue", func() bool { return len(s.completes.queue) == len(calls) })
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+	wg.Wait()
+	if heldErr != nil {
+		t.Fatalf("the leading completion: %v", heldErr)
+	}
+	for i, c := range calls {
+		if c.want == "" && errs[i] != nil {
+			t.Fatalf("KeyComplete(%s) by its owner: %v", c.key, errs[i])
+		}
+		if c.want != "" && chargeonce.ErrorCode(errs[i]) != c.want {
+			t.Fatalf("KeyComplete(%s) with %s: %v, want %s", c.key, c.token, errs[i], c.want)
+		}
+	}
+	if got := s.completes.batched.Load(); got < 1 {
+		t.Fatalf("%d completion batches, want at least 1", got)
+	}
+	for _, k := range []string{"a", "b", "c", "notified"} {
+		rec, err := s.KeyGet(t.Context(), "m1", k)
+		if err != nil || rec.State != chargeonce.KeyCompleted || rec.Charge.Status != chargeonce.StatusCaptured ||
+			rec.Token != recs[k].Token || rec.ExpiresIn <= 0 {
+			t.Fatalf("%s after its batch: %+v %v", k, rec, err)
+		}
+	}
+	entries, err := s.OutboxClaim(t.Context(), time.Minute, 10)
+	if err != nil || len(entries) != 1 || entries[0].Key != "notified" || string(entries[0].ResponseBody) != `{"key":"notified"}` {
+		t.Fatalf("outbox after the batch: %+v %v, want the notified record's answer only", entries, err)
+	}
+}
+
+// A single statement run again after a failed batch may find the batch's
+// own work committed (a connection lost on COMMIT): the record under the
+// attempt's own token is its own insert, and its own completion.
+func TestRetryFindsOwnWork(t *testing.T) {
+	t.Parallel()
+	s := setupBatch(t)
+	p := intent("own")
+	if _, ins, _, err := s.insertOne(t.Context(), p); err != nil || !ins {
+		t.Fatalf("insertOne: %v %v", ins, err)
+	}
+	if rec, ins, _, err := s.insertOne(t.Context(), p); err != nil || !ins || rec.Token != p.Token {
+		t.Fatalf("insertOne again with the same token: inserted=%v err=%v, want its own record", ins, err)
+	}
+	other := p
+	other.Token, other.Charge.ID = "tok_other", "ch_other"
+	if _, ins, _, err := s.insertOne(t.Context(), other); err != nil || ins {
+		t.Fatalf("insertOne with another token: inserted=%v err=%v, want the existing record", ins, err)
+	}
+	cp := chargeonce.KeyCompleteParams{MerchantID: "m1", Key: "own", Token: p.Token, ChargeStatus: chargeonce.StatusCaptured,
+		ResponseStatus: 201, ResponseBody: []byte("{}"), TTL: time.Hour}
+	if err := s.completeOne(t.Context(), cp, false); err != nil {
+		t.Fatalf("completeOne: %v", err)
+	}
+	if err := s.completeOne(t.Context(), cp, true); err != nil {
+		t.Fatalf("completeOne again after a failed batch: %v, want its own completion found", err)
+	}
+	if err := s.completeOne(t.Context(), cp, false); chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+		t.Fatalf("completeOne again outside a retry: %v, want ESTALE", err)
+	}
+	cp.Token = "tok_other"
+	if err := s.completeOne(t.Context(), cp, true); chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+		t.Fatalf("completeOne with another token after a failed batch: %v, want ESTALE", err)
+	}
+}
