@@ -61,7 +61,7 @@ func Child(ctx context.Context, args []string, serve ServeFunc, stderr io.Writer
 		return errors.New("bench child: --addr and --db are required")
 	}
 	if pprofAddr != "" {
-		stop, err := servePprof(pprofAddr)
+		stop, err := servePprof(ctx, pprofAddr)
 		if err != nil {
 			return err
 		}
@@ -87,8 +87,8 @@ func Child(ctx context.Context, args []string, serve ServeFunc, stderr io.Writer
 }
 
 // servePprof serves net/http/pprof's endpoints on addr.
-func servePprof(addr string) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+func servePprof(ctx context.Context, addr string) (stop func(), err error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--pprof: %w", err)
 	}
@@ -112,8 +112,8 @@ type child struct {
 
 // freeAddr returns a loopback address that was free a moment ago. Another
 // process may take it before the child binds it; spawn then tries again.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr(ctx context.Context) (string, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
@@ -125,7 +125,7 @@ func freeAddr() (string, error) {
 func (b *bench) spawn(ctx context.Context, name, kind, db string) (*child, error) {
 	var lastErr error
 	for range 3 {
-		c, err := b.start(name, kind, db)
+		c, err := b.start(ctx, name, kind, db)
 		if err != nil {
 			return nil, err
 		}
@@ -142,15 +142,15 @@ func (b *bench) spawn(ctx context.Context, name, kind, db string) (*child, error
 	return nil, fmt.Errorf("starting the %s server: %w", name, lastErr)
 }
 
-func (b *bench) start(name, kind, db string) (*child, error) {
-	addr, err := freeAddr()
+func (b *bench) start(ctx context.Context, name, kind, db string) (*child, error) {
+	addr, err := freeAddr(ctx)
 	if err != nil {
 		return nil, err
 	}
 	args := []string{"--kind", kind, "--addr", addr, "--db", db, "--api-key", b.secret}
 	var pprofAddr string
 	if b.cfg.ProfileDir != "" {
-		if pprofAddr, err = freeAddr(); err != nil {
+		if pprofAddr, err = freeAddr(ctx); err != nil {
 			return nil, err
 		}
 		args = append(args, "--pprof", pprofAddr)
@@ -193,7 +193,11 @@ func (c *child) ready(ctx context.Context) error {
 	defer hc.CloseIdleConnections()
 	deadline := time.Now().Add(childStartTimeout)
 	for {
-		resp, err := hc.Get("http://" + c.addr + "/healthz")
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.addr+"/healthz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -203,7 +207,7 @@ func (c *child) ready(ctx context.Context) error {
 		}
 		select {
 		case <-c.done:
-			return fmt.Errorf("it exited before answering: %v", c.waitErr)
+			return fmt.Errorf("it exited before answering: %w", c.waitErr)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(25 * time.Millisecond):

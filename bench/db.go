@@ -242,8 +242,10 @@ func (b *bench) check(ctx context.Context) error {
 	}
 	var st acquirer.Stats
 	if err := getJSON(ctx, "http://"+b.ways[0].server.addr+"/acquirer/v1/stats", &st); err != nil {
+		// The statistics are a check of their own, not a reason to fail the
+		// run whose results are already in.
 		b.checks = append(b.checks, "chargeonce's acquirer statistics: not available ("+err.Error()+")")
-		return nil
+		return nil //nolint:nilerr // reported as a check line above
 	}
 	b.checks = append(b.checks, fmt.Sprintf("chargeonce's acquirer: %d capture requests, %d captures, %d duplicate requests", st.CaptureRequests, st.Captures, st.DuplicateRequests))
 	if st.DuplicateRequests != 0 {

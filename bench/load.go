@@ -55,7 +55,7 @@ type way struct {
 
 // runs reports whether the way takes part in workload.
 func (w *way) runs(workload string) bool {
-	return !(w.noReplay && workload == WorkloadReplay)
+	return !w.noReplay || workload != WorkloadReplay
 }
 
 // client sends one charge and reports the answer's status and whether it
@@ -80,9 +80,10 @@ func newHTTPClient(addr, secret string) *httpClient {
 	return &httpClient{addr: addr, auth: "Bearer " + secret, buf: make([]byte, 0, 512)}
 }
 
-func (c *httpClient) charge(_ context.Context, key string, body []byte, _ *chargeRequest) (int, bool, error) {
+func (c *httpClient) charge(ctx context.Context, key string, body []byte, _ *chargeRequest) (int, bool, error) {
 	if c.conn == nil {
-		conn, err := net.DialTimeout("tcp", c.addr, 5*time.Second)
+		d := net.Dialer{Timeout: 5 * time.Second}
+		conn, err := d.DialContext(ctx, "tcp", c.addr)
 		if err != nil {
 			return 0, false, err
 		}
@@ -188,7 +189,7 @@ type source interface {
 func accepts(workload string, checkFlag bool, status int, replayed bool) bool {
 	switch workload {
 	case WorkloadNew:
-		return status == http.StatusCreated && !(checkFlag && replayed)
+		return status == http.StatusCreated && (!checkFlag || !replayed)
 	case WorkloadReplay:
 		return status == http.StatusCreated && (!checkFlag || replayed)
 	default: // contended: one winner creates, the others replay or get 409

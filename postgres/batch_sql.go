@@ -243,7 +243,7 @@ func (s *Store) runCompleteBatch(ctx context.Context, batch []job) error {
 	for i, j := range jobs {
 		p := j.p
 		merchants[i], keys[i], tokens[i] = p.MerchantID, p.Key, p.Token
-		statuses[i], bodies[i] = int32(p.ResponseStatus), p.ResponseBody
+		statuses[i], bodies[i] = int32(p.ResponseStatus), p.ResponseBody //nolint:gosec // G115: an HTTP status (100–599)
 		chargeStatuses[i], declines[i], ttls[i] = string(p.ChargeStatus), p.DeclineCode, micros(p.TTL)
 	}
 	rows, err := s.pool.Query(ctx, keyCompleteBatchSQL, merchants, keys, tokens, statuses, bodies, chargeStatuses, declines, ttls)

@@ -106,7 +106,7 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 	case o.maxConnsSet && (o.maxConns < 1 || o.maxConns > math.MaxInt32):
 		return nil, fmt.Errorf("opening PostgreSQL store: max conns must be at least 1, got %d", o.maxConns)
 	case o.maxConnsSet:
-		cfg.MaxConns = int32(o.maxConns)
+		cfg.MaxConns = int32(o.maxConns) //nolint:gosec // G115: bounded to MaxInt32 by the case above
 	case !strings.Contains(connString, "pool_max_conns"):
 		cfg.MaxConns = DefaultMaxConns
 	}
