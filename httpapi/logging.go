@@ -55,6 +55,13 @@ func LogRequests(log *slog.Logger, next http.Handler) http.Handler {
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
+		level := slog.LevelInfo
+		if rec.status >= 500 {
+			level = slog.LevelWarn
+		}
+		if !log.Enabled(r.Context(), level) {
+			return // nothing to build: at --log-level warn a busy server skips the hashing
+		}
 		replayed := rec.Header().Get("Idempotent-Replayed") == "true"
 		attrs := make([]slog.Attr, 0, 8)
 		attrs = append(attrs,
@@ -71,10 +78,6 @@ func LogRequests(log *slog.Logger, next http.Handler) http.Handler {
 					attrs = append(attrs, slog.String("key_hash", KeyHash(note.merchant, key)))
 				}
 			}
-		}
-		level := slog.LevelInfo
-		if rec.status >= 500 {
-			level = slog.LevelWarn
 		}
 		log.LogAttrs(r.Context(), level, "request", attrs...)
 	})
