@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +25,7 @@ import (
 	"github.com/chargeonce/chargeonce/bench"
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/httpapi"
+	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 	"github.com/chargeonce/chargeonce/postgres"
 	"github.com/chargeonce/chargeonce/replaycache"
@@ -102,27 +101,9 @@ func serve(ctx context.Context, args []string) error {
 	return srv.Shutdown(context.Background())
 }
 
-// syncBuffer is a bytes.Buffer safe for the run's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // tiny is a run small enough for every CI run: two concurrencies, all
 // workloads, a preloaded comparison, a tenth of a second per way.
-func tiny(db string, out, log *syncBuffer) bench.Config {
+func tiny(db string, out, log *apitest.Buffer) bench.Config {
 	exe := os.Args[0]
 	return bench.Config{
 		DB:          db,
@@ -211,7 +192,7 @@ func checkOutput(t *testing.T, out, log string) {
 func TestRunSQLite(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "bench.db")
-	var out, log syncBuffer
+	var out, log apitest.Buffer
 	if err := bench.Run(context.Background(), tiny("sqlite:"+path, &out, &log)); err != nil {
 		t.Fatalf("Run: %v\n%s", err, log.String())
 	}
@@ -230,7 +211,7 @@ func TestRunSQLite(t *testing.T) {
 func TestRunPostgres(t *testing.T) {
 	t.Parallel()
 	base := pgtest.AdminURL(t)
-	var out, log syncBuffer
+	var out, log apitest.Buffer
 	if err := bench.Run(context.Background(), tiny(base, &out, &log)); err != nil {
 		t.Fatalf("Run: %v\n%s", err, log.String())
 	}
@@ -261,7 +242,7 @@ func TestExistingSQLiteFileIsRefused(t *testing.T) {
 	if err := os.WriteFile(path, []byte("not yours"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var out, log syncBuffer
+	var out, log apitest.Buffer
 	err := bench.Run(context.Background(), tiny("sqlite:"+path, &out, &log))
 	if err == nil || !strings.Contains(err.Error(), "--db") {
 		t.Fatalf("Run: %v, want an error naming --db", err)
@@ -281,7 +262,7 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		"--group":    func(c *bench.Config) { c.Group = 1 },
 		"--preload":  func(c *bench.Config) { c.Preload = -1 },
 	} {
-		var out, log syncBuffer
+		var out, log apitest.Buffer
 		cfg := tiny("sqlite:"+filepath.Join(t.TempDir(), "b.db"), &out, &log)
 		mod(&cfg)
 		if err := bench.Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), flagName) {
