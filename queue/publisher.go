@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/loop"
 )
 
 // Defaults of PublisherOptions.
@@ -42,9 +42,7 @@ type Publisher struct {
 	opts  PublisherOptions
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop loop.Loop
 }
 
 // NewPublisher returns a publisher of store's outbox to js.
@@ -117,42 +115,19 @@ func (p *Publisher) RunOnce(ctx context.Context) (int, error) {
 
 // Start runs passes every opts.Every until Stop. It returns at once.
 func (p *Publisher) Start(ctx context.Context) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done != nil {
-		return
+	p.loop.Start(ctx, p.opts.Every, true, p.pass)
+}
+
+// pass runs one pass and logs what it did.
+func (p *Publisher) pass(ctx context.Context) {
+	n, err := p.RunOnce(ctx)
+	switch {
+	case err != nil && !errors.Is(err, context.Canceled):
+		p.log.Error("outbox pass failed", "published", n, "err", err)
+	case n > 0:
+		p.log.Info("outbox pass", "published", n)
 	}
-	ctx, p.cancel = context.WithCancel(ctx)
-	p.done = make(chan struct{})
-	go func() {
-		defer close(p.done)
-		t := time.NewTicker(p.opts.Every)
-		defer t.Stop()
-		for {
-			n, err := p.RunOnce(ctx)
-			switch {
-			case err != nil && !errors.Is(err, context.Canceled):
-				p.log.Error("outbox pass failed", "published", n, "err", err)
-			case n > 0:
-				p.log.Info("outbox pass", "published", n)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
 }
 
 // Stop ends the loop and waits for the pass in flight.
-func (p *Publisher) Stop() {
-	p.mu.Lock()
-	cancel, done := p.cancel, p.done
-	p.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (p *Publisher) Stop() { p.loop.Stop() }

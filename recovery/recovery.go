@@ -16,6 +16,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/internal/loop"
 )
 
 // Defaults of RescuerOptions.
@@ -57,7 +58,7 @@ type Rescuer struct {
 	opts   RescuerOptions
 	log    *slog.Logger
 
-	loop loop
+	loop loop.Loop
 }
 
 // NewRescuer returns a Rescuer that settles store's orphans through eng.
@@ -202,7 +203,7 @@ func (r *Rescuer) backoff(attempts int) time.Duration {
 // Start runs passes every opts.Every, the first at once, until Stop. It
 // returns at once.
 func (r *Rescuer) Start(ctx context.Context) {
-	r.loop.start(ctx, r.opts.Every, true, r.pass)
+	r.loop.Start(ctx, r.opts.Every, true, r.pass)
 }
 
 // pass runs one pass and logs what it did.
@@ -220,4 +221,4 @@ func (r *Rescuer) pass(ctx context.Context) {
 }
 
 // Stop ends the loop and waits for the pass in flight.
-func (r *Rescuer) Stop() { r.loop.stop() }
+func (r *Rescuer) Stop() { r.loop.Stop() }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/loop"
 )
 
 // Defaults of SweeperOptions.
@@ -32,7 +33,7 @@ type Sweeper struct {
 	opts  SweeperOptions
 	log   *slog.Logger
 
-	loop loop
+	loop loop.Loop
 }
 
 // NewSweeper returns a Sweeper over store.
@@ -67,7 +68,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (int, error) {
 
 // Start runs RunOnce every opts.Every until Stop.
 func (s *Sweeper) Start(ctx context.Context) {
-	s.loop.start(ctx, s.opts.Every, false, s.sweep)
+	s.loop.Start(ctx, s.opts.Every, false, s.sweep)
 }
 
 // sweep runs RunOnce and logs what it deleted.
@@ -84,4 +85,4 @@ func (s *Sweeper) sweep(ctx context.Context) {
 }
 
 // Stop ends the loop and waits for the sweep in flight.
-func (s *Sweeper) Stop() { s.loop.stop() }
+func (s *Sweeper) Stop() { s.loop.Stop() }
