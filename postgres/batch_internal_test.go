@@ -82,7 +82,7 @@ func holdInserts(t *testing.T, s *Store) (release func(), wait func() (bool, err
 		defer close(done)
 		_, inserted, lerr = s.KeyInsert(context.Background(), intent("blocker"))
 	}()
-	waitFor(t, s.inserts, "the leading batch", func() bool { return s.inserts.inFlight == 1 })
+	waitFor(t, s.batches, "the leading batch", func() bool { return s.batches.inFlight == 1 })
 	var once sync.Once
 	release = func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
 	t.Cleanup(func() { release(); <-done })
@@ -116,13 +116,13 @@ FOR EACH ROW WHEN (NEW.idempotency_key = 'poison') EXECUTE FUNCTION refuse_poiso
 			_, outs[i].inserted, outs[i].err = s.KeyInsert(t.Context(), intent(k))
 		})
 	}
-	waitFor(t, s.inserts, "the attempts to queue", func() bool { return len(s.inserts.queue) == len(keys) })
+	waitFor(t, s.batches, "the attempts to queue", func() bool { return len(s.batches.queue) == len(keys) })
 	release()
 	wg.Wait()
 	if ins, err := wait(); err != nil || !ins {
 		t.Fatalf("the leading attempt: inserted=%v err=%v", ins, err)
 	}
-	if got := s.inserts.failed.Load(); got != 1 {
+	if got := s.batches.failed.Load(); got != 1 {
 		t.Fatalf("%d failed batches, want 1 (the five attempts went in one batch)", got)
 	}
 	for i, k := range keys {
@@ -159,7 +159,7 @@ func TestBatchQueuedAttemptCancelled(t *testing.T) {
 		liveErr error
 	)
 	wg.Go(func() { _, liveIns, liveErr = s.KeyInsert(t.Context(), intent("live")) })
-	waitFor(t, s.inserts, "the live attempt to queue", func() bool { return len(s.inserts.queue) == 1 })
+	waitFor(t, s.batches, "the live attempt to queue", func() bool { return len(s.batches.queue) == 1 })
 
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
@@ -172,9 +172,9 @@ func TestBatchQueuedAttemptCancelled(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("KeyInsert with a context ending in the queue: %v, want its deadline", err)
 	}
-	s.inserts.mu.Lock()
-	queued := len(s.inserts.queue)
-	s.inserts.mu.Unlock()
+	s.batches.mu.Lock()
+	queued := len(s.batches.queue)
+	s.batches.mu.Unlock()
 	if queued != 1 {
 		t.Fatalf("%d attempts left in the queue, want 1 (the live one)", queued)
 	}
@@ -234,7 +234,7 @@ func TestBatchCompletions(t *testing.T) {
 	var wg sync.WaitGroup
 	var heldErr error
 	wg.Go(func() { heldErr = complete("held", recs["held"].Token) })
-	waitFor(t, s.completes, "the leading batch", func() bool { return s.completes.inFlight == 1 })
+	waitFor(t, s.batches, "the leading batch", func() bool { return s.batches.inFlight == 1 })
 
 	type call struct{ key, token, want string }
 	calls := []call{
@@ -245,7 +245,7 @@ func TestBatchCompletions(t *testing.T) {
 	for i, c := range calls {
 		wg.Go(func() { errs[i] = complete(c.key, c.token) })
 	}
-	waitFor(t, s.completes, "the completions to queue", func() bool { return len(s.completes.queue) == len(calls) })
+	waitFor(t, s.batches, "the completions to queue", func() bool { return len(s.batches.queue) == len(calls) })
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatalf("Rollback: %v", err)
 	}
@@ -261,7 +261,7 @@ func TestBatchCompletions(t *testing.T) {
 			t.Fatalf("KeyComplete(%s) with %s: %v, want %s", c.key, c.token, errs[i], c.want)
 		}
 	}
-	if got := s.completes.batched.Load(); got < 1 {
+	if got := s.batches.batched.Load(); got < 1 {
 		t.Fatalf("%d completion batches, want at least 1", got)
 	}
 	for _, k := range []string{"a", "b", "c", "notified"} {
@@ -309,5 +309,112 @@ func TestRetryFindsOwnWork(t *testing.T) {
 	cp.Token = "tok_other"
 	if err := s.completeOne(t.Context(), cp, true); chargeonce.ErrorCode(err) != chargeonce.ESTALE {
 		t.Fatalf("completeOne with another token after a failed batch: %v, want ESTALE", err)
+	}
+}
+
+// Inserts and completions queued together go in one batch, one round trip
+// and one transaction, each attempt with its own outcome: an insert of a
+// key whose completion is in the same batch finds the record processing
+// (as it would a moment before the completion), new keys are inserted,
+// owners complete. When that transaction fails (here one new charge is
+// refused by a trigger), every attempt in it, completions included, runs
+// its own single statement: only the attempt at fault fails.
+func TestBatchMixesInsertsAndCompletions(t *testing.T) {
+	t.Parallel()
+	for _, poisoned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "committed", true: "failed"}[poisoned], func(t *testing.T) {
+			t.Parallel()
+			s := setupBatch(t)
+			if _, err := s.pool.Exec(t.Context(), `
+CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'poisoned charge %', NEW.id; END $$;
+CREATE TRIGGER refuse_poison BEFORE INSERT ON charges
+FOR EACH ROW WHEN (NEW.idempotency_key = 'poison') EXECUTE FUNCTION refuse_poison();`); err != nil {
+				t.Fatalf("creating the trigger: %v", err)
+			}
+			owned := map[string]chargeonce.KeyRecord{"x": insertOK(t, s, intent("x")), "y": insertOK(t, s, intent("y"))}
+			release, wait := holdInserts(t, s)
+
+			newKeys := []string{"n1", "n2"}
+			if poisoned {
+				newKeys = append(newKeys, "poison")
+			}
+			var (
+				wg        sync.WaitGroup
+				mu        sync.Mutex
+				completed = map[string]error{}
+				inserted  = map[string]bool{}
+				insErr    = map[string]error{}
+				retryRec  chargeonce.KeyRecord
+				retryIns  bool
+				retryErr  error
+			)
+			for k, rec := range owned {
+				wg.Go(func() {
+					err := s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{
+						MerchantID: "m1", Key: k, Token: rec.Token, ChargeStatus: chargeonce.StatusCaptured,
+						ResponseStatus: 201, ResponseBody: []byte(`{"key":"` + k + `"}`), TTL: time.Hour,
+					})
+					mu.Lock()
+					completed[k] = err
+					mu.Unlock()
+				})
+			}
+			for _, k := range newKeys {
+				wg.Go(func() {
+					_, ins, err := s.KeyInsert(t.Context(), intent(k))
+					mu.Lock()
+					inserted[k], insErr[k] = ins, err
+					mu.Unlock()
+				})
+			}
+			// A retry of x by another client, in the same batch as x's completion.
+			wg.Go(func() {
+				p := intent("x")
+				p.Charge.ID = "ch_x_retry"
+				retryRec, retryIns, retryErr = s.KeyInsert(t.Context(), p)
+			})
+			queued := len(owned) + len(newKeys) + 1
+			waitFor(t, s.batches, "the attempts to queue", func() bool { return len(s.batches.queue) == queued })
+			release()
+			wg.Wait()
+			if ins, err := wait(); err != nil || !ins {
+				t.Fatalf("the leading attempt: inserted=%v err=%v", ins, err)
+			}
+			if got := s.batches.batched.Load(); got != 1 {
+				t.Fatalf("%d batches, want 1: the inserts and completions went together", got)
+			}
+			wantFailed := map[bool]int64{false: 0, true: 1}[poisoned]
+			if got := s.batches.failed.Load(); got != wantFailed {
+				t.Fatalf("%d failed batches, want %d", got, wantFailed)
+			}
+			for k, err := range completed {
+				if err != nil {
+					t.Fatalf("KeyComplete(%s) by its owner: %v", k, err)
+				}
+				rec, err := s.KeyGet(t.Context(), "m1", k)
+				if err != nil || rec.State != chargeonce.KeyCompleted || rec.Charge.Status != chargeonce.StatusCaptured {
+					t.Fatalf("%s after its batch: %+v %v", k, rec, err)
+				}
+			}
+			for _, k := range newKeys {
+				if k == "poison" {
+					if err := insErr[k]; err == nil || !strings.Contains(err.Error(), "poisoned charge") {
+						t.Fatalf("poison: err = %v, want its own trigger's error", err)
+					}
+					continue
+				}
+				if insErr[k] != nil || !inserted[k] {
+					t.Fatalf("%s: inserted=%v err=%v: an attempt saw another's outcome", k, inserted[k], insErr[k])
+				}
+			}
+			if retryErr != nil || retryIns || retryRec.Token != owned["x"].Token || retryRec.Charge.ID != owned["x"].Charge.ID {
+				t.Fatalf("the retry of x: inserted=%v err=%v record %+v, want x's own record", retryIns, retryErr, retryRec)
+			}
+			var charges int
+			if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM charges WHERE idempotency_key = 'x'`).Scan(&charges); err != nil || charges != 1 {
+				t.Fatalf("charges for x: %d %v, want 1", charges, err)
+			}
+		})
 	}
 }

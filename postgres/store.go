@@ -4,9 +4,10 @@
 // Every method is one statement in autocommit (data-modifying CTEs where a
 // change spans both tables), so it costs one round trip, commits before it
 // returns, and holds no row lock afterwards. Under load the inserts of
-// concurrent attempts share one multi-row statement, and so do their
-// completions (group commit, batch.go): still one statement and one commit
-// per attempt's step, each attempt with its own outcome. In particular the record that
+// concurrent attempts share one multi-row statement, their completions
+// another, and both commit together (group commit, batch.go): still one
+// commit per attempt's step, each attempt with its own outcome. In
+// particular the record that
 // guards an intent is committed before the engine calls the acquirer: a
 // transaction held open across that call would make every retry wait on a
 // row lock instead of getting its answer at once.
@@ -82,9 +83,9 @@ func WithMaxConns(n int) Option {
 // database.
 type Store struct {
 	pool *pgxpool.Pool
-	// inserts and completes coalesce concurrent attempts' KeyInsert and
-	// KeyComplete (batch.go); nil with WithoutBatching.
-	inserts, completes *batcher
+	// batches coalesces concurrent attempts' KeyInsert and KeyComplete
+	// (batch.go); nil with WithoutBatching.
+	batches *batcher
 }
 
 var _ chargeonce.Store = (*Store)(nil)
@@ -328,11 +329,11 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 // concurrent attempts, or alone. pgx.ErrNoRows means the key is held by a
 // record the statement could not see.
 func (s *Store) insertRound(ctx context.Context, p chargeonce.KeyInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
-	if s.inserts == nil {
+	if s.batches == nil {
 		return s.insertOne(ctx, p)
 	}
 	j := &insertJob{jobState: jobState{ctx: ctx}, p: p}
-	if err := s.inserts.do(j); err != nil {
+	if err := s.batches.do(j); err != nil {
 		return chargeonce.KeyRecord{}, false, false, err
 	}
 	return j.rec, j.inserted, j.expired, j.err
@@ -377,11 +378,11 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 // whose lease recovery took over finds its token replaced and gets ESTALE,
 // so it can never overwrite the answer recovery stores.
 func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
-	if s.completes == nil {
+	if s.batches == nil {
 		return s.completeOne(ctx, p, false)
 	}
 	j := &completeJob{jobState: jobState{ctx: ctx}, p: p}
-	if err := s.completes.do(j); err != nil {
+	if err := s.batches.do(j); err != nil {
 		return fmt.Errorf("completing idempotency key: %w", translate(err))
 	}
 	return j.err

@@ -1,9 +1,12 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chargeonce/chargeonce"
 )
@@ -128,6 +131,114 @@ func testRaceManyKeys(t *testing.T, s chargeonce.Store) {
 			}
 			if len(charges) != 1 || charges[0].ID != w.p.Charge.ID || charges[0].Status != rec.Charge.Status {
 				t.Fatalf("round %d: %s has %d charges, want only the owner's %s", round, id, len(charges), w.p.Charge.ID)
+			}
+		}
+	}
+}
+
+// testRaceInsertsWithCompletions is the new-charge path as clients drive it:
+// on every key many attempts race, the winner completes at once while the
+// losers keep retrying, so inserts and completions of the same keys arrive
+// together. A store that commits concurrent inserts and completions in one
+// transaction (PostgreSQL's group commit) gets them in the same batches
+// here; every attempt must still see what statements of its own would show:
+// one winner per key, its completion applied once, and every retry finding
+// the winner's record, processing and then completed with the winner's
+// answer.
+func testRaceInsertsWithCompletions(t *testing.T, s chargeonce.Store) {
+	const (
+		keys    = 16
+		perKey  = 8
+		rounds  = 3
+		orderID = 9000
+	)
+	for round := range rounds {
+		type attempt struct {
+			p     chargeonce.KeyInsertParams
+			won   bool
+			final chargeonce.KeyRecord
+			tries int
+			err   error
+		}
+		var attempts []*attempt
+		for k := range keys {
+			for range perKey {
+				p := newIntent("m1", fmt.Sprintf("mixed-%d-%d", round, k))
+				p.Charge.OrderID = int64(orderID + round*keys + k)
+				p.Fingerprint = "fp_mixed"
+				attempts = append(attempts, &attempt{p: p})
+			}
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, a := range attempts {
+			wg.Go(func() {
+				<-start
+				for ctx.Err() == nil {
+					rec, inserted, err := s.KeyInsert(ctx, a.p)
+					if err != nil {
+						a.err = fmt.Errorf("KeyInsert: %w", err)
+						return
+					}
+					if inserted {
+						a.won = true
+						if err := s.KeyComplete(ctx, chargeonce.KeyCompleteParams{
+							MerchantID: a.p.Charge.MerchantID, Key: a.p.Charge.IdempotencyKey, Token: a.p.Token,
+							ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte(a.p.Token), TTL: longTTL,
+						}); err != nil {
+							a.err = fmt.Errorf("the owner's KeyComplete: %w", err)
+							return
+						}
+						// Read back as the owner's next request would: an
+						// attempt of its own (its own token) never comes again.
+						a.final, a.err = s.KeyGet(ctx, a.p.Charge.MerchantID, a.p.Charge.IdempotencyKey)
+						return
+					}
+					if rec.State == chargeonce.KeyCompleted {
+						a.final = rec
+						return
+					}
+					runtime.Gosched()
+				}
+				a.err = ctx.Err()
+			})
+		}
+		close(start)
+		wg.Wait()
+		cancel()
+
+		winners := map[string]*attempt{}
+		for _, a := range attempts {
+			if a.err != nil {
+				t.Fatalf("round %d: %s: %v", round, a.p.Charge.IdempotencyKey, a.err)
+			}
+			if a.won {
+				if w := winners[a.p.Charge.IdempotencyKey]; w != nil {
+					t.Fatalf("round %d: %s has two winners: tokens %s and %s", round, a.p.Charge.IdempotencyKey, w.p.Token, a.p.Token)
+				}
+				winners[a.p.Charge.IdempotencyKey] = a
+			}
+		}
+		if len(winners) != keys {
+			t.Fatalf("round %d: %d keys won, want %d", round, len(winners), keys)
+		}
+		for _, a := range attempts {
+			w := winners[a.p.Charge.IdempotencyKey]
+			r := a.final
+			if r.Token != w.p.Token || string(r.ResponseBody) != w.p.Token || r.Charge.ID != w.p.Charge.ID ||
+				r.Charge.Status != chargeonce.StatusCaptured {
+				t.Fatalf("round %d: attempt on %s ended with token %s body %q charge %s %s; want the winner's %s, %s captured",
+					round, a.p.Charge.IdempotencyKey, r.Token, r.ResponseBody, r.Charge.ID, r.Charge.Status, w.p.Token, w.p.Charge.ID)
+			}
+		}
+		for _, w := range winners {
+			charges, err := s.ChargesListByOrder(t.Context(), w.p.Charge.MerchantID, w.p.Charge.OrderID)
+			if err != nil {
+				t.Fatalf("round %d: ChargesListByOrder: %v", round, err)
+			}
+			if len(charges) != 1 || charges[0].ID != w.p.Charge.ID || charges[0].Status != chargeonce.StatusCaptured {
+				t.Fatalf("round %d: %s has %d charges, want only the owner's %s, captured", round, w.p.Charge.IdempotencyKey, len(charges), w.p.Charge.ID)
 			}
 		}
 	}

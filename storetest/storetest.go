@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"KeysScopedToMerchant", testKeysScopedToMerchant},
 		{"InsertRaceOneWinner", testInsertRaceOneWinner},
 		{"RaceManyKeys", testRaceManyKeys},
+		{"RaceInsertsWithCompletions", testRaceInsertsWithCompletions},
 		{"CompleteByOwner", testCompleteByOwner},
 		{"CompleteDeclined", testCompleteDeclined},
 		{"CompleteStaleToken", testCompleteStaleToken},
