@@ -40,6 +40,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
 			return fmt.Errorf("taking the migration lock: %w", err)
 		}
+		// Migrations rewrite whole tables, where a sequential scan is the
+		// right plan (the store's connections plan without them, see Open).
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = on"); err != nil {
+			return fmt.Errorf("migrating: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version    integer     PRIMARY KEY,
 			name       text        NOT NULL,
