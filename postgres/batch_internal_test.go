@@ -448,7 +448,7 @@ func TestCachedPlansUseIndexesFromAnEmptyTable(t *testing.T) {
 			[]string{"ch_k"}, []int64{1}, []int64{100}, []string{"BRL"}, []string{"tok_ok"}, []string{""}}},
 		"complete batch": {keyCompleteBatchSQL, []any{[]string{"m1"}, []string{"k"}, []string{"tok"}, []int32{201},
 			[][]byte{[]byte("{}")}, []string{"captured"}, []string{""}, []int64{1e6}}},
-		"insert": {keyInsertSQL, []any{"m1", "k1", "fp", "tok", time.Second, "ch_k1", 1, 100, "BRL", "tok_ok", ""}},
+		"insert":   {keyInsertSQL, []any{"m1", "k1", "fp", "tok", time.Second, "ch_k1", 1, 100, "BRL", "tok_ok", ""}},
 		"complete": {keyCompleteSQL, []any{"m1", "k1", "tok", 201, []byte("{}"), "captured", "", time.Hour}},
 		"get":      {keyGetSQL, []any{"m1", "k1"}},
 	} {
