@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -446,6 +447,8 @@ func TestCachedPlansUseIndexesFromAnEmptyTable(t *testing.T) {
 	}{
 		"insert batch": {keyInsertBatchSQL, []any{[]string{"m1"}, []string{"k"}, []string{"fp"}, []string{"tok"}, []int64{1e6},
 			[]string{"ch_k"}, []int64{1}, []int64{100}, []string{"BRL"}, []string{"tok_ok"}, []string{""}}},
+		"new-keys insert batch": {keyInsertNewBatchSQL, []any{[]string{"m1"}, []string{"k"}, []string{"fp"}, []string{"tok"}, []int64{1e6},
+			[]string{"ch_k"}, []int64{1}, []int64{100}, []string{"BRL"}, []string{"tok_ok"}, []string{""}}},
 		"complete batch": {keyCompleteBatchSQL, []any{[]string{"m1"}, []string{"k"}, []string{"tok"}, []int32{201},
 			[][]byte{[]byte("{}")}, []string{"captured"}, []string{""}, []int64{1e6}}},
 		"insert":   {keyInsertSQL, []any{"m1", "k1", "fp", "tok", time.Second, "ch_k1", 1, 100, "BRL", "tok_ok", ""}},
@@ -469,6 +472,73 @@ func TestCachedPlansUseIndexesFromAnEmptyTable(t *testing.T) {
 		}
 		if strings.Contains(plan.String(), "Seq Scan") {
 			t.Errorf("%s on empty tables plans a sequential scan, which its cached plan keeps as the table grows:\n%s", name, plan.String())
+		}
+	}
+}
+
+// A batch with one attempt per key inserts with keyInsertNewBatchSQL, which
+// returns only what the database set; the record each attempt gets is the
+// one stored, and an attempt whose key was already taken reads and gets
+// that record, never inserted.
+func TestBatchOfNewKeys(t *testing.T) {
+	t.Parallel()
+	s := setupBatch(t)
+	taken := insertOK(t, s, intent("taken"))
+	release, wait := holdInserts(t, s)
+
+	keys := []string{"n1", "n2", "n3", "taken"}
+	type out struct {
+		rec      chargeonce.KeyRecord
+		inserted bool
+		err      error
+	}
+	outs := make([]out, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			p := intent(k)
+			p.Lease = 90 * time.Second
+			p.Charge.Description = "desc " + k
+			outs[i].rec, outs[i].inserted, outs[i].err = s.KeyInsert(t.Context(), p)
+		})
+	}
+	waitFor(t, s.batches, "the attempts to queue", func() bool { return len(s.batches.queue) == len(keys) })
+	release()
+	wg.Wait()
+	if _, err := wait(); err != nil {
+		t.Fatalf("the leading attempt: %v", err)
+	}
+	if b, f := s.batches.batched.Load(), s.batches.failed.Load(); b != 1 || f != 0 {
+		t.Fatalf("%d batches, %d failed; want 1 and 0", b, f)
+	}
+	for i, k := range keys {
+		o := outs[i]
+		if o.err != nil {
+			t.Fatalf("%s: %v", k, o.err)
+		}
+		stored, err := s.KeyGet(t.Context(), "m1", k)
+		if err != nil {
+			t.Fatalf("KeyGet(%s): %v", k, err)
+		}
+		if k == "taken" {
+			if o.inserted || o.rec.Token != taken.Token || o.rec.Charge.ID != taken.Charge.ID {
+				t.Fatalf("taken: inserted=%v token %s charge %s, want the existing record's %s %s",
+					o.inserted, o.rec.Token, o.rec.Charge.ID, taken.Token, taken.Charge.ID)
+			}
+			continue
+		}
+		if !o.inserted {
+			t.Fatalf("%s: not inserted", k)
+		}
+		// The time left on the lease is measured when read: compare it
+		// apart, and the rest exactly.
+		if d := o.rec.LeaseRemaining - stored.LeaseRemaining; d < 0 || d > 5*time.Second || o.rec.LeaseRemaining > 90*time.Second {
+			t.Fatalf("%s: lease remaining %v when inserted, %v when read", k, o.rec.LeaseRemaining, stored.LeaseRemaining)
+		}
+		got, want := o.rec, stored
+		got.LeaseRemaining, want.LeaseRemaining = 0, 0
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the batch returned\n%+v\nthe database holds\n%+v", k, got, want)
 		}
 	}
 }

