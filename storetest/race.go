@@ -157,7 +157,6 @@ func testRaceInsertsWithCompletions(t *testing.T, s chargeonce.Store) {
 			p     chargeonce.KeyInsertParams
 			won   bool
 			final chargeonce.KeyRecord
-			tries int
 			err   error
 		}
 		var attempts []*attempt
