@@ -57,7 +57,7 @@ type jobState struct {
 
 func (s *jobState) pending() *jobState { return s }
 
-// batcher coalesces jobs of one kind into batches.
+// batcher coalesces jobs into batches.
 type batcher struct {
 	// run executes batch (at least two jobs) in one transaction and records
 	// each job's outcome in it. An error means the statement failed as a

@@ -58,7 +58,7 @@ func waitFor(t *testing.T, b *batcher, what string, cond func() bool) {
 	}
 }
 
-// holdInserts makes the insert batcher's running batch wait: another
+// holdInserts makes the batcher's running batch wait: another
 // transaction inserts key "blocker" and keeps it uncommitted, and an
 // attempt on that key leads a batch that waits on it. Attempts made
 // meanwhile queue up and go together in the next batch once release rolls

@@ -138,7 +138,7 @@ WITH input AS (
 )
 SELECT merchant_id, key FROM k`
 
-// insertJob is one attempt's KeyInsert round in the insert batcher.
+// insertJob is one attempt's KeyInsert round in the batcher.
 type insertJob struct {
 	jobState
 	p chargeonce.KeyInsertParams
@@ -151,7 +151,7 @@ type insertJob struct {
 	err      error
 }
 
-// completeJob is one attempt's KeyComplete in the completion batcher.
+// completeJob is one attempt's KeyComplete in the batcher.
 type completeJob struct {
 	jobState
 	p   chargeonce.KeyCompleteParams
