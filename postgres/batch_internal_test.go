@@ -478,15 +478,21 @@ func TestCachedPlansUseIndexesFromAnEmptyTable(t *testing.T) {
 
 // A batch with one attempt per key inserts with keyInsertNewBatchSQL, which
 // returns only what the database set; the record each attempt gets is the
-// one stored, and an attempt whose key was already taken reads and gets
-// that record, never inserted.
+// one stored, an attempt whose key was already taken reads and gets that
+// record, never inserted, and one whose key had expired replaces it.
 func TestBatchOfNewKeys(t *testing.T) {
 	t.Parallel()
 	s := setupBatch(t)
 	taken := insertOK(t, s, intent("taken"))
+	old := insertOK(t, s, intent("expired"))
+	if err := s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: "m1", Key: "expired", Token: old.Token,
+		ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte("{}"), TTL: time.Millisecond}); err != nil {
+		t.Fatalf("KeyComplete: %v", err)
+	}
+	time.Sleep(10 * time.Millisecond) // past its expiry by the database's clock too
 	release, wait := holdInserts(t, s)
 
-	keys := []string{"n1", "n2", "n3", "taken"}
+	keys := []string{"n1", "n2", "n3", "taken", "expired"}
 	type out struct {
 		rec      chargeonce.KeyRecord
 		inserted bool
@@ -498,6 +504,7 @@ func TestBatchOfNewKeys(t *testing.T) {
 		wg.Go(func() {
 			p := intent(k)
 			p.Lease = 90 * time.Second
+			p.Charge.ID += "_batch" // charges outlive expired keys: ids never repeat
 			p.Charge.Description = "desc " + k
 			outs[i].rec, outs[i].inserted, outs[i].err = s.KeyInsert(t.Context(), p)
 		})
@@ -529,6 +536,9 @@ func TestBatchOfNewKeys(t *testing.T) {
 		}
 		if !o.inserted {
 			t.Fatalf("%s: not inserted", k)
+		}
+		if k == "expired" && (o.rec.Token == old.Token || o.rec.Charge.ID == old.Charge.ID) {
+			t.Fatalf("expired: got the expired record back, want a new one")
 		}
 		// The time left on the lease is measured when read: compare it
 		// apart, and the rest exactly.
