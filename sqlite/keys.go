@@ -166,43 +166,40 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 	if err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return chargeonce.KeyRecord{}, false, wrap("inserting idempotency key: beginning transaction", err)
-	}
-	defer rollback(tx)
-
-	rec, inserted, err := s.keyInsertTx(ctx, tx, q, p)
-	if err != nil {
-		return chargeonce.KeyRecord{}, false, err
-	}
-	if !inserted {
+	var (
+		rec      chargeonce.KeyRecord
+		inserted bool
+	)
+	err = s.write(ctx, "inserting idempotency key", func(tx *sql.Tx) error {
+		var err error
+		rec, inserted, err = s.keyInsertTx(ctx, tx, q, p)
+		if err != nil || inserted {
+			return err
+		}
 		existing, gone, err := scanKey(tx.StmtContext(ctx, q.keySelectW).QueryRowContext(ctx, p.Charge.MerchantID, p.Charge.IdempotencyKey))
 		if err != nil {
 			// The conflicting row is there: we hold the write lock.
-			return chargeonce.KeyRecord{}, false, wrap("reading existing idempotency key", err)
+			return wrap("reading existing idempotency key", err)
 		}
 		if !gone {
-			if err := tx.Commit(); err != nil {
-				return chargeonce.KeyRecord{}, false, wrap("reading existing idempotency key: committing", err)
-			}
-			return existing, false, nil
+			rec = existing
+			return nil
 		}
 		if _, err := tx.StmtContext(ctx, q.keyDelete).ExecContext(ctx, p.Charge.MerchantID, p.Charge.IdempotencyKey); err != nil {
-			return chargeonce.KeyRecord{}, false, wrap("deleting expired idempotency key", err)
+			return wrap("deleting expired idempotency key", err)
 		}
-		rec, inserted, err = s.keyInsertTx(ctx, tx, q, p)
-		if err != nil {
-			return chargeonce.KeyRecord{}, false, err
+		if rec, inserted, err = s.keyInsertTx(ctx, tx, q, p); err != nil {
+			return err
 		}
 		if !inserted {
-			return chargeonce.KeyRecord{}, false, errors.New("inserting idempotency key: still taken after deleting the expired record")
+			return errors.New("inserting idempotency key: still taken after deleting the expired record")
 		}
+		return nil
+	})
+	if err != nil {
+		return chargeonce.KeyRecord{}, false, err
 	}
-	if err := tx.Commit(); err != nil {
-		return chargeonce.KeyRecord{}, false, wrap("inserting idempotency key: committing", err)
-	}
-	return rec, true, nil
+	return rec, inserted, nil
 }
 
 // keyInsertTx runs the insert-first statement and, when it inserted, the
@@ -275,31 +272,24 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 	if err != nil {
 		return err
 	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return wrap("completing idempotency key: beginning transaction", err)
-	}
-	defer rollback(tx)
-
-	var chargeID string
-	err = tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
-		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
-	).Scan(&chargeID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return stale(p.Key)
-	}
-	if err != nil {
-		return wrap("completing idempotency key", err)
-	}
-	if _, err := tx.StmtContext(ctx, q.chargeComplete).ExecContext(ctx,
-		chargeID, string(p.ChargeStatus), p.DeclineCode,
-	); err != nil {
-		return wrap("completing charge", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return wrap("completing idempotency key: committing", err)
-	}
-	return nil
+	return s.write(ctx, "completing idempotency key", func(tx *sql.Tx) error {
+		var chargeID string
+		err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
+			p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
+		).Scan(&chargeID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return stale(p.Key)
+		}
+		if err != nil {
+			return wrap("completing idempotency key", err)
+		}
+		if _, err := tx.StmtContext(ctx, q.chargeComplete).ExecContext(ctx,
+			chargeID, string(p.ChargeStatus), p.DeclineCode,
+		); err != nil {
+			return wrap("completing charge", err)
+		}
+		return nil
+	})
 }
 
 // KeyRelease deletes a processing record and its charge when token owns it,

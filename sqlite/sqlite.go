@@ -58,6 +58,8 @@ type Store struct {
 	wdb  *sql.DB // exactly one connection: every write
 	rdb  *sql.DB // several read-only connections: pure reads
 
+	group group // concurrent writes share transactions (group.go)
+
 	mu      sync.Mutex // serialises preparing q
 	q       atomic.Pointer[queries]
 	closing atomic.Bool
