@@ -150,7 +150,8 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 }
 
 // KeyInsert inserts the record and its processing charge in one IMMEDIATE
-// transaction, insert first: INSERT ... ON CONFLICT DO NOTHING RETURNING
+// transaction (shared with the writes waiting alongside, each in its own
+// savepoint: group.go), insert first: INSERT ... ON CONFLICT DO NOTHING RETURNING
 // says whether this attempt is the first, with no check-then-act window. When
 // the key is taken, the existing record is read in the same transaction; if
 // it is completed and past its expiry it is deleted (its charge is kept) and

@@ -189,7 +189,8 @@ func (s *Store) DBs() (write, read *sql.DB) { return s.wdb, s.rdb }
 // Statements are the SQL texts of a charge's hot path, exactly as the store
 // runs them. KeyInsert, ChargeInsert, KeySelect (on conflict) and, after the
 // acquirer, KeyComplete and ChargeComplete, each pair in one IMMEDIATE
-// transaction on the write connection. They are exported for the benchmark
+// transaction on the write connection (an attempt alone; concurrent
+// attempts share transactions, each in a savepoint: group.go). They are exported for the benchmark
 // (package bench); nothing else should need them.
 var Statements = struct {
 	KeyInsert, ChargeInsert, KeySelect, KeyComplete, ChargeComplete string
