@@ -58,6 +58,19 @@ func waitFor(t *testing.T, b *batcher, what string, cond func() bool) {
 	}
 }
 
+// refusePoison makes the store refuse, with its own error, the charge of
+// any attempt on the key "poison".
+func refusePoison(t *testing.T, s *Store) {
+	t.Helper()
+	if _, err := s.pool.Exec(t.Context(), `
+CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'poisoned charge %', NEW.id; END $$;
+CREATE TRIGGER refuse_poison BEFORE INSERT ON charges
+FOR EACH ROW WHEN (NEW.idempotency_key = 'poison') EXECUTE FUNCTION refuse_poison();`); err != nil {
+		t.Fatalf("creating the trigger: %v", err)
+	}
+}
+
 // holdInserts makes the batcher's running batch wait: another
 // transaction inserts key "blocker" and keeps it uncommitted, and an
 // attempt on that key leads a batch that waits on it. Attempts made
@@ -96,13 +109,7 @@ func holdInserts(t *testing.T, s *Store) (release func(), wait func() (bool, err
 func TestBatchFailureFallsBackToSingles(t *testing.T) {
 	t.Parallel()
 	s := setupBatch(t)
-	if _, err := s.pool.Exec(t.Context(), `
-CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN RAISE EXCEPTION 'poisoned charge %', NEW.id; END $$;
-CREATE TRIGGER refuse_poison BEFORE INSERT ON charges
-FOR EACH ROW WHEN (NEW.idempotency_key = 'poison') EXECUTE FUNCTION refuse_poison();`); err != nil {
-		t.Fatalf("creating the trigger: %v", err)
-	}
+	refusePoison(t, s)
 	release, wait := holdInserts(t, s)
 
 	keys := []string{"a", "b", "poison", "c", "d"}
@@ -326,13 +333,7 @@ func TestBatchMixesInsertsAndCompletions(t *testing.T) {
 		t.Run(map[bool]string{false: "committed", true: "failed"}[poisoned], func(t *testing.T) {
 			t.Parallel()
 			s := setupBatch(t)
-			if _, err := s.pool.Exec(t.Context(), `
-CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN RAISE EXCEPTION 'poisoned charge %', NEW.id; END $$;
-CREATE TRIGGER refuse_poison BEFORE INSERT ON charges
-FOR EACH ROW WHEN (NEW.idempotency_key = 'poison') EXECUTE FUNCTION refuse_poison();`); err != nil {
-				t.Fatalf("creating the trigger: %v", err)
-			}
+			refusePoison(t, s)
 			owned := map[string]chargeonce.KeyRecord{"x": insertOK(t, s, intent("x")), "y": insertOK(t, s, intent("y"))}
 			release, wait := holdInserts(t, s)
 
