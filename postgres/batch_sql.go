@@ -78,7 +78,7 @@ WHERE NOT EXISTS (SELECT FROM k WHERE k.charge_id = i.charge_id)`
 // record themselves, with a fresh snapshot. Measured on one connection, a
 // batch of 4 inserts and 4 completions took 310µs with it instead of
 // 375µs: reading the existing records in the same statement costs the
-// planning and start-up of their joins even when there are none.
+// start-up of their joins even when there are none.
 const keyInsertNewBatchSQL = `
 WITH k AS (
 	INSERT INTO idempotency_keys
@@ -175,7 +175,7 @@ func newBatchers(s *Store) {
 			if cj, ok := j.(*completeJob); ok {
 				return jobKey(cj.p.MerchantID, cj.p.Key)
 			}
-			return "" // inserts on one key share a row (runInsertBatch)
+			return "" // inserts on one key share a row (insertBatch)
 		},
 	}
 }
