@@ -305,7 +305,8 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The key is taken by a record this statement's snapshot
 			// cannot see (committed while we waited on it, or inserted by
-			// an attempt earlier in the same batch), or the record
+			// an attempt earlier in the same batch), or by one a batch of
+			// new keys does not read (keyInsertNewBatchSQL), or the record
 			// vanished meanwhile. Look again with a fresh snapshot.
 			rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyGetSQL, ch.MerchantID, ch.IdempotencyKey))
 			if errors.Is(err, pgx.ErrNoRows) {
