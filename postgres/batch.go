@@ -60,20 +60,20 @@ func (s *jobState) pending() *jobState { return s }
 // batcher coalesces jobs into batches.
 type batcher struct {
 	// run executes batch (at least two jobs) in one transaction and records
-	// each job's outcome in it. An error means the statement failed as a
-	// whole and recorded nothing.
+	// each job's outcome in it. An error means the transaction failed as a
+	// whole and nothing it recorded counts.
 	run func(ctx context.Context, batch []job) error
 	// single runs one job alone, with its own context, and records its
 	// outcome. retry is set when the job was in a batch whose statement
 	// failed: that statement may have committed before the failure was
 	// seen (a connection lost on COMMIT).
 	single func(j job, retry bool)
-	// conflicts, when set, keeps two jobs with the same non-empty key out
-	// of one batch: the later one waits for the next.
+	// conflicts keeps two jobs with the same non-empty key out of one
+	// batch: the later one waits for the next. "" conflicts with nothing.
 	conflicts func(j job) string
 
-	// batched counts the batch statements run (two jobs or more), failed
-	// those that failed and fell back to single statements.
+	// batched counts the batches run (two jobs or more), failed those that
+	// failed and fell back to single statements.
 	batched, failed atomic.Int64
 
 	mu       sync.Mutex
@@ -130,17 +130,14 @@ func (b *batcher) takeLocked() []job {
 	var (
 		batch []job
 		rest  []job
-		seen  map[string]bool
+		seen  = make(map[string]bool, len(b.queue))
 	)
-	if b.conflicts != nil {
-		seen = make(map[string]bool, len(b.queue))
-	}
 	for _, j := range b.queue {
 		if len(batch) == batchMax {
 			rest = append(rest, j)
 			continue
 		}
-		if k := b.conflict(j); k != "" {
+		if k := b.conflicts(j); k != "" {
 			if seen[k] {
 				rest = append(rest, j)
 				continue
@@ -184,15 +181,6 @@ func (b *batcher) exec(batch []job) {
 	if next != nil {
 		go b.exec(next)
 	}
-}
-
-// conflict is j's key in conflicts, or "" when j may share a batch with
-// any job.
-func (b *batcher) conflict(j job) string {
-	if b.conflicts == nil {
-		return ""
-	}
-	return b.conflicts(j)
 }
 
 // batchContext is the context of a batch statement: cancelled by none of

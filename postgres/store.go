@@ -7,10 +7,9 @@
 // concurrent attempts share one multi-row statement, their completions
 // another, and both commit together (group commit, batch.go): still one
 // commit per attempt's step, each attempt with its own outcome. In
-// particular the record that
-// guards an intent is committed before the engine calls the acquirer: a
-// transaction held open across that call would make every retry wait on a
-// row lock instead of getting its answer at once.
+// particular the record that guards an intent is committed before the
+// engine calls the acquirer: a transaction held open across that call would
+// make every retry wait on a row lock instead of getting its answer at once.
 //
 // Leases and expiry are decided by the database's clock (now()), never by an
 // instance's, so instances with skewed clocks still agree on who owns what.
