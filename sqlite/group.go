@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,19 +123,20 @@ func (s *Store) runShared(batch []*write) {
 		return
 	}
 	defer rollback(tx)
-	for i, w := range batch {
+	for _, w := range batch {
 		if err := w.ctx.Err(); err != nil {
 			w.err = err
 			continue
 		}
-		sp := fmt.Sprintf("w%d", i)
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+		// One savepoint at a time, released before the next write: one
+		// name serves them all.
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
 			fail("starting a savepoint", err)
 			return
 		}
-		end := []string{"RELEASE " + sp}
+		end := []string{"RELEASE w"}
 		if w.err = w.fn(tx); w.err != nil {
-			end = []string{"ROLLBACK TO " + sp, "RELEASE " + sp}
+			end = []string{"ROLLBACK TO w", "RELEASE w"}
 		}
 		for _, stmt := range end {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
