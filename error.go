@@ -27,6 +27,11 @@ const (
 	// nothing was kept for the key, and a retry after RetryAfter starts
 	// afresh.
 	EOVERLOADED = "overloaded"
+
+	// ERATELIMITED: the merchant is over its own rate, or holds its share
+	// of the acquirer slots while other merchants need them; nothing was
+	// kept for the key, and a retry after RetryAfter starts afresh.
+	ERATELIMITED = "rate-limited"
 )
 
 // Error is an error that carries a code the caller can act on.

@@ -50,8 +50,27 @@ const (
 	DefaultBackoffMax  = 5 * time.Minute
 	// OverloadRetryAfter is the Retry-After of a shed attempt: every slot
 	// is held by an acquirer call that ends within AcquirerTimeout, and
-	// the next one to end frees a slot, usually well within a second.
+	// the next one to end frees a slot, usually well within a second. An
+	// attempt refused for its merchant's share of the slots is told the
+	// same.
 	OverloadRetryAfter = time.Second
+)
+
+// MerchantSlots is the default of Options.MerchantMaxInFlight for
+// maxInFlight slots: all but an eighth of them, which stay out of any one
+// merchant's reach (see admission).
+func MerchantSlots(maxInFlight int) int {
+	return maxInFlight - maxInFlight/8
+}
+
+// Reasons an attempt is refused with ERATELIMITED, as RateLimitObserver
+// sees them.
+const (
+	// RateLimitedRate: the merchant is over its own rate.
+	RateLimitedRate = "rate"
+	// RateLimitedShare: the merchant held its share of the acquirer slots
+	// while other merchants needed them, for the whole admission wait.
+	RateLimitedShare = "share"
 )
 
 // Options configure an Engine. Zero fields take the defaults above.
@@ -71,6 +90,21 @@ type Options struct {
 	// waits for a slot; past it the attempt is shed (EOVERLOADED) and
 	// nothing is kept for its key. Replays, 409s, 422s never wait.
 	AdmissionWait time.Duration
+	// MerchantMaxInFlight bounds the slots one merchant may hold at once,
+	// whoever else is there (default MerchantSlots(MaxInFlight)). While
+	// several merchants wait, a freed slot goes to the one holding the
+	// fewest; a merchant whose wait ends while it holds this many, or its
+	// share of the slots while others want them too, is refused with
+	// ERATELIMITED rather than EOVERLOADED: it is its own load that keeps
+	// it waiting.
+	MerchantMaxInFlight int
+	// MerchantRate is the token bucket every merchant's charge attempts go
+	// through, replays included (a flood of replays is load too), before
+	// anything is written; an attempt without a token is refused with
+	// ERATELIMITED. MerchantRates overrides it for some merchants. The
+	// zero Rate applies no limit.
+	MerchantRate  Rate
+	MerchantRates map[string]Rate
 	// BackoffBase and BackoffMax shape how long a record whose acquirer
 	// outcome is unknown rests before it is driven again, by a client's
 	// retry or by recovery: see Backoff.
@@ -86,6 +120,13 @@ type Options struct {
 type Observer interface {
 	// AcquirerCall is called after every acquirer call.
 	AcquirerCall(d time.Duration, err error)
+}
+
+// RateLimitObserver, when the Observer also implements it, is told about
+// every attempt refused with ERATELIMITED, and why: RateLimitedRate or
+// RateLimitedShare.
+type RateLimitObserver interface {
+	RateLimited(reason string)
 }
 
 // AdmissionObserver, when the Observer also implements it, is told how long
@@ -122,7 +163,8 @@ type Engine struct {
 	acquirer chargeonce.Acquirer
 	opts     Options
 	log      *slog.Logger
-	slots    chan struct{}
+	slots    *admission
+	rates    *rateLimits
 }
 
 // New returns an Engine over store and acquirer.
@@ -148,6 +190,9 @@ func New(store chargeonce.Store, acquirer chargeonce.Acquirer, opts Options) *En
 	if opts.AdmissionWait <= 0 {
 		opts.AdmissionWait = DefaultAdmissionWait
 	}
+	if opts.MerchantMaxInFlight <= 0 || opts.MerchantMaxInFlight > opts.MaxInFlight {
+		opts.MerchantMaxInFlight = MerchantSlots(opts.MaxInFlight)
+	}
 	if opts.BackoffBase <= 0 {
 		opts.BackoffBase = DefaultBackoffBase
 	}
@@ -157,7 +202,11 @@ func New(store chargeonce.Store, acquirer chargeonce.Acquirer, opts Options) *En
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{store: store, acquirer: acquirer, opts: opts, log: opts.Logger, slots: make(chan struct{}, opts.MaxInFlight)}
+	return &Engine{
+		store: store, acquirer: acquirer, opts: opts, log: opts.Logger,
+		slots: newAdmission(opts.MaxInFlight, opts.MerchantMaxInFlight),
+		rates: newRateLimits(opts.MerchantRate, opts.MerchantRates),
+	}
 }
 
 // Options returns the engine's effective options.
@@ -166,6 +215,8 @@ func (e *Engine) Options() Options { return e.opts }
 // Charge runs one attempt of an intent identified by (merchant, key). req
 // must already be normalised. It returns the response to send, or an error
 // whose code says why there is none: EINPROGRESS (409), EKEYREUSED (422),
+// ERATELIMITED (429: the merchant is over its rate or its share of the
+// acquirer slots; nothing was kept),
 // EOVERLOADED (503: every acquirer slot stayed busy; nothing was kept),
 // EUNAVAILABLE (503: the database failed; the record may exist, so the
 // client retries with the same key), or an internal error (500).
@@ -181,6 +232,16 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	if err := ctx.Err(); err != nil {
 		// The client gave up before the attempt started: nothing written.
 		return Response{}, abandoned(err)
+	}
+	// The merchant's rate comes before anything is written, so that an
+	// attempt over it leaves nothing behind and costs no database work.
+	if ok, wait := e.rates.allow(merchantID); !ok {
+		e.observeRateLimited(RateLimitedRate)
+		return Response{}, &chargeonce.Error{
+			Code:       chargeonce.ERATELIMITED,
+			Message:    "this merchant is over its rate of charge attempts; nothing was kept for this Idempotency-Key: retry after the time in Retry-After",
+			RetryAfter: wait,
+		}
 	}
 	client := ctx
 	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
@@ -222,7 +283,7 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		// The record is committed. It may call the acquirer only once it
 		// holds a slot; without one, nothing has happened yet and the
 		// record goes again, so that no ghost turns the retry into a 409.
-		done, err := e.admit(client)
+		done, err := e.admit(client, merchantID)
 		if err != nil {
 			e.release(ctx, merchantID, key, token)
 			return Response{}, err
@@ -249,9 +310,9 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	// (without one the record stays as it is, for a later retry or
 	// recovery), then looks the reference up and sends it again only if
 	// the acquirer never captured it.
-	done, err := e.admit(client)
+	done, err := e.admit(client, merchantID)
 	if err != nil {
-		if chargeonce.ErrorCode(err) == chargeonce.EOVERLOADED {
+		if code := chargeonce.ErrorCode(err); code == chargeonce.EOVERLOADED || code == chargeonce.ERATELIMITED {
 			return Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: OverloadRetryAfter}, nil
 		}
 		return Response{}, err
@@ -305,35 +366,46 @@ func (e *Engine) busy(rec chargeonce.KeyRecord) (Response, error) {
 	return Response{}, err
 }
 
-// admit waits for an acquirer slot, at most AdmissionWait and as long as
-// the client is there. It returns the function that frees the slot, or
-// EOVERLOADED when no slot came in time, or EUNAVAILABLE when the client
-// gave up.
-func (e *Engine) admit(client context.Context) (done func(), err error) {
-	free := func() { <-e.slots }
-	select {
-	case e.slots <- struct{}{}:
+// admit waits for an acquirer slot for merchant (see admission), at most
+// AdmissionWait and as long as the client is there. It returns the function
+// that frees the slot, or ERATELIMITED when the merchant's own share of the
+// slots kept it waiting, EOVERLOADED when no slot came in time otherwise,
+// or EUNAVAILABLE when the client gave up.
+func (e *Engine) admit(client context.Context, merchant string) (done func(), err error) {
+	free := func() { e.slots.release(merchant) }
+	if e.slots.tryAcquire(merchant) {
 		e.observeAdmission(0, true)
 		return free, nil
-	default:
 	}
 	start := time.Now()
 	t := time.NewTimer(e.opts.AdmissionWait)
 	defer t.Stop()
-	select {
-	case e.slots <- struct{}{}:
-		e.observeAdmission(time.Since(start), true)
+	ok, why := e.slots.acquire(client, merchant, t.C)
+	e.observeAdmission(time.Since(start), ok)
+	switch {
+	case ok:
 		return free, nil
-	case <-t.C:
-		e.observeAdmission(time.Since(start), false)
+	case why == refusedAbandoned:
+		return nil, abandoned(client.Err())
+	case why == refusedShare:
+		e.observeRateLimited(RateLimitedShare)
+		return nil, &chargeonce.Error{
+			Code:       chargeonce.ERATELIMITED,
+			Message:    fmt.Sprintf("this merchant held its share of the acquirer slots for %s while other merchants needed them; nothing was kept for this Idempotency-Key: retry after the time in Retry-After", e.opts.AdmissionWait),
+			RetryAfter: OverloadRetryAfter,
+		}
+	default:
 		return nil, &chargeonce.Error{
 			Code:       chargeonce.EOVERLOADED,
 			Message:    fmt.Sprintf("every acquirer slot stayed busy for %s; nothing was kept for this Idempotency-Key: retry after the time in Retry-After", e.opts.AdmissionWait),
 			RetryAfter: OverloadRetryAfter,
 		}
-	case <-client.Done():
-		e.observeAdmission(time.Since(start), false)
-		return nil, abandoned(client.Err())
+	}
+}
+
+func (e *Engine) observeRateLimited(reason string) {
+	if o, ok := e.opts.Observer.(RateLimitObserver); ok {
+		o.RateLimited(reason)
 	}
 }
 

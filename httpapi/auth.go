@@ -5,10 +5,13 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/engine"
 )
 
 // DemoAPIKeys is what the server runs with when no key is configured: one
@@ -33,6 +36,7 @@ const digestPrefix = "sha256:"
 // microsecond and needs no such argument.)
 type Keys struct {
 	entries []keyEntry
+	rates   map[string]engine.Rate
 }
 
 type keyEntry struct {
@@ -44,6 +48,12 @@ type keyEntry struct {
 // "merchant:sha256:<64 hex digits>" pairs, separated by commas or newlines.
 // Blank lines and lines starting with # are ignored, so the same syntax
 // serves --api-keys and --api-keys-file. Errors never repeat a secret.
+//
+// An entry "rate <merchant> <rate> [burst <n>]" gives that merchant a rate
+// of its own instead of --merchant-rate and --merchant-burst, as in
+// "rate acme 200/s burst 400". The rate is attempts per s (the default
+// unit), m or h; the burst defaults to twice the attempts per second (at
+// least 1). The merchant must have a key.
 func ParseKeys(spec string) (*Keys, error) {
 	k := &Keys{}
 	seen := map[[sha256.Size]byte]string{}
@@ -56,10 +66,17 @@ func ParseKeys(spec string) (*Keys, error) {
 			if pair == "" {
 				continue
 			}
-			where := fmt.Sprintf("api key %q", redact(pair))
+			lineNo := ""
 			if strings.Contains(spec, "\n") {
-				where = fmt.Sprintf("line %d: %s", n+1, where)
+				lineNo = fmt.Sprintf("line %d: ", n+1)
 			}
+			if fields := strings.Fields(pair); len(fields) > 1 && fields[0] == rateDirective {
+				if err := k.parseRate(fields); err != nil {
+					return nil, fmt.Errorf("%s%w", lineNo, err)
+				}
+				continue
+			}
+			where := lineNo + fmt.Sprintf("api key %q", redact(pair))
 			merchant, secret, ok := strings.Cut(pair, ":")
 			merchant, secret = strings.TrimSpace(merchant), strings.TrimSpace(secret)
 			if !ok || merchant == "" || secret == "" {
@@ -91,7 +108,61 @@ func ParseKeys(spec string) (*Keys, error) {
 	if len(k.entries) == 0 {
 		return nil, fmt.Errorf("no api keys given")
 	}
+	for m := range k.rates {
+		if !k.hasMerchant(m) {
+			return nil, fmt.Errorf("a rate is given for merchant %q, which has no api key", m)
+		}
+	}
 	return k, nil
+}
+
+// rateDirective starts an entry that sets a merchant's own rate.
+const rateDirective = "rate"
+
+// parseRate reads "rate <merchant> <rate> [burst <n>]" into k.rates.
+func (k *Keys) parseRate(fields []string) error {
+	const form = `a rate entry is "rate <merchant> <attempts>/s [burst <n>]", as in "rate acme 200/s burst 400"`
+	if len(fields) != 3 && (len(fields) != 5 || fields[3] != "burst") {
+		return fmt.Errorf("%s; got %q", form, strings.Join(fields, " "))
+	}
+	merchant := fields[1]
+	if !visibleASCII(merchant) || strings.Contains(merchant, ":") {
+		return fmt.Errorf("%s: %q is not a merchant id", form, merchant)
+	}
+	perSecond, err := engine.ParsePerSecond(fields[2])
+	if err != nil {
+		return fmt.Errorf("merchant %q: %w", merchant, err)
+	}
+	burst := max(1, int(math.Min(math.Ceil(2*perSecond), math.MaxInt32)))
+	if len(fields) == 5 {
+		burst, err = strconv.Atoi(fields[4])
+		if err != nil || burst < 1 {
+			return fmt.Errorf("merchant %q: the burst must be a whole number of attempts, at least 1; got %q", merchant, fields[4])
+		}
+	}
+	if k.rates == nil {
+		k.rates = map[string]engine.Rate{}
+	}
+	if _, dup := k.rates[merchant]; dup {
+		return fmt.Errorf("merchant %q is given two rates", merchant)
+	}
+	k.rates[merchant] = engine.Rate{PerSecond: perSecond, Burst: burst}
+	return nil
+}
+
+func (k *Keys) hasMerchant(id string) bool {
+	for _, e := range k.entries {
+		if e.merchant.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Rates returns the rates the keys give merchants of their own, for
+// engine.Options.MerchantRates; nil when there are none.
+func (k *Keys) Rates() map[string]engine.Rate {
+	return k.rates
 }
 
 // redact shows the merchant part of a merchant:secret pair only.

@@ -32,6 +32,7 @@ var problems = map[string]problemInfo{
 	chargeonce.EUNAVAILABLE:  {http.StatusServiceUnavailable, "Service unavailable"},
 	chargeonce.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
 	chargeonce.EOVERLOADED:   {http.StatusServiceUnavailable, "Overloaded"},
+	chargeonce.ERATELIMITED:  {http.StatusTooManyRequests, "Rate limited"},
 }
 
 // defaultRetryAfter is sent with a 409 or a 503 whose error carries no

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -31,6 +32,9 @@ type runtimeFlags struct {
 	lease, reconcileEvery   time.Duration
 	keyTTL, sweepEvery      time.Duration
 	admissionWait           time.Duration
+	merchantRate            string
+	merchantBurst           int
+	perSecond               float64 // merchantRate, parsed by logger
 }
 
 func (f *runtimeFlags) register(fs *flag.FlagSet) {
@@ -42,7 +46,9 @@ func (f *runtimeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.reconcileEvery, "reconcile-every", recovery.DefaultEvery, "how often the recovery loop looks for orphaned charges")
 	fs.DurationVar(&f.keyTTL, "key-ttl", engine.DefaultKeyTTL, "how long an idempotency key is remembered after its charge became final; a key reused after that is a new intent")
 	fs.DurationVar(&f.sweepEvery, "sweep-every", recovery.DefaultSweepEvery, "how often expired keys are deleted")
-	fs.DurationVar(&f.admissionWait, "admission-wait", engine.DefaultAdmissionWait, "how long a new charge waits for a free acquirer slot before it is refused with 503 overloaded")
+	fs.DurationVar(&f.admissionWait, "admission-wait", engine.DefaultAdmissionWait, "how long a new charge waits for a free acquirer slot before it is refused with 503 overloaded (429 rate-limited when its merchant holds its share of the slots)")
+	fs.StringVar(&f.merchantRate, "merchant-rate", strconv.Itoa(engine.DefaultMerchantRate)+"/s", "charge attempts (replays included) one merchant may start per second on this instance, as N, N/s, N/m or N/h; the excess is refused with 429 rate-limited. The API keys file may give a merchant its own (see README)")
+	fs.IntVar(&f.merchantBurst, "merchant-burst", engine.DefaultMerchantBurst, "how many attempts past --merchant-rate one merchant may start at once (the token bucket's size)")
 }
 
 // logger validates the flags and returns the logger they ask for. Bad values
@@ -63,6 +69,14 @@ func (f *runtimeFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 			return nil, fmt.Errorf("%s must be positive; got %s", d.name, d.v)
 		}
 	}
+	perSecond, err := engine.ParsePerSecond(f.merchantRate)
+	if err != nil {
+		return nil, fmt.Errorf("--merchant-rate: %w", err)
+	}
+	f.perSecond = perSecond
+	if f.merchantBurst < 1 {
+		return nil, fmt.Errorf("--merchant-burst must be at least 1; got %d", f.merchantBurst)
+	}
 	if f.lease <= f.acq.timeout {
 		return nil, fmt.Errorf("--lease (%s) must be longer than --acquirer-timeout (%s): otherwise recovery could take over a charge whose attempt is still waiting for the acquirer", f.lease, f.acq.timeout)
 	}
@@ -81,8 +95,10 @@ type runtime struct {
 	sweeper *recovery.Sweeper
 }
 
-// open builds the runtime the flags describe. Close it when done.
-func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger) (*runtime, error) {
+// open builds the runtime the flags describe, with merchantRates (from the
+// API keys) overriding --merchant-rate for some merchants. Close it when
+// done.
+func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates map[string]engine.Rate) (*runtime, error) {
 	acq, sim, err := f.acq.build()
 	if err != nil {
 		return nil, err
@@ -102,6 +118,8 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger) (*runtime, er
 		AcquirerTimeout: f.acq.timeout,
 		KeyTTL:          f.keyTTL,
 		AdmissionWait:   f.admissionWait,
+		MerchantRate:    engine.Rate{PerSecond: f.perSecond, Burst: f.merchantBurst},
+		MerchantRates:   merchantRates,
 		Logger:          log,
 		Observer:        m,
 	})

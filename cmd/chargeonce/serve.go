@@ -30,7 +30,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("serve", stderr)
 	fs.StringVar(&c.addr, "addr", DefaultAddr, "address to listen on")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "API keys as merchant:secret pairs separated by commas (default: merchant demo, key sk_test_demo, loopback only)")
-	fs.StringVar(&c.apiKeysFile, "api-keys-file", "", "a file of API keys, merchant:secret or merchant:sha256:<hex> per line (# comments), so that ps and config repos show no secret; instead of --api-keys")
+	fs.StringVar(&c.apiKeysFile, "api-keys-file", "", "a file of API keys, merchant:secret or merchant:sha256:<hex> per line (# comments), so that ps and config repos show no secret, and merchants' own rates (rate acme 200/s burst 400); instead of --api-keys")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own (and not on --addr); default: /metrics on --addr")
 	c.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -48,7 +48,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--acquirer sim (the default) is a demonstration that captures without moving money and serves /acquirer/ without authentication; "+
 			"it is refused on a non-loopback --addr (%s): run `chargeonce acquirer` (or a real acquirer) and pass its URL with --acquirer http://HOST:PORT, or listen on --addr 127.0.0.1:PORT", c.addr)
 	}
-	rt, err := c.open(ctx, log)
+	rt, err := c.open(ctx, log, keys.Rates())
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if c.ackWait <= c.acq.timeout {
 		return fmt.Errorf("--ack-wait (%s) must be longer than --acquirer-timeout (%s): otherwise every slow capture is redelivered while it runs", c.ackWait, c.acq.timeout)
 	}
-	rt, err := c.open(ctx, log)
+	rt, err := c.open(ctx, log, nil)
 	if err != nil {
 		return err
 	}
