@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/recovery"
 )
 
@@ -30,6 +31,7 @@ type Metrics struct {
 	recovered    *prometheus.CounterVec // records claimed, settled, deferred by recovery
 	swept        prometheus.Counter
 	admission    *prometheus.HistogramVec
+	rateLimited  *prometheus.CounterVec
 	// counters cached per status so the hot path does no label lookup.
 	cache map[[2]int]prometheus.Counter
 
@@ -77,6 +79,10 @@ func New() *Metrics {
 			Help:    "How long attempts that must call the acquirer waited for an acquirer slot, by result: admitted, or shed (503 overloaded, or the client gave up while waiting).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 12),
 		}, []string{"result"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chargeonce_rate_limited_total",
+			Help: "Charge attempts refused with 429 rate-limited, by reason: rate (the merchant is over its --merchant-rate) or share (it held its share of the acquirer slots while other merchants needed them).",
+		}, []string{"reason"}),
 		cache: map[[2]int]prometheus.Counter{},
 		now:   time.Now,
 	}
@@ -84,8 +90,11 @@ func New() *Metrics {
 		Name: "chargeonce_stuck_oldest_age_seconds",
 		Help: "Age of the oldest processing record whose lease has ended. While recovery passes fail it keeps growing from its last measured value.",
 	}, m.stuckOldestAge)
-	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission,
+	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission, m.rateLimited,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, reason := range []string{engine.RateLimitedRate, engine.RateLimitedShare} {
+		m.rateLimited.WithLabelValues(reason) // exported as 0 from the start
+	}
 	for _, st := range []int{201, 202, 402, 409, 422, 500} {
 		for _, rp := range []int{0, 1} {
 			m.cache[[2]int{st, rp}] = m.outcomes.WithLabelValues(strconv.Itoa(st), strconv.FormatBool(rp == 1))
@@ -123,6 +132,11 @@ func (m *Metrics) Admission(wait time.Duration, admitted bool) {
 		result = "shed"
 	}
 	m.admission.WithLabelValues(result).Observe(wait.Seconds())
+}
+
+// RateLimited implements engine.RateLimitObserver.
+func (m *Metrics) RateLimited(reason string) {
+	m.rateLimited.WithLabelValues(reason).Inc()
 }
 
 // RecoveryPass records what a successful recovery pass did.
