@@ -135,11 +135,12 @@ func (a *admission) release(merchant string) {
 	a.dispatch()
 }
 
-// overShare reports whether t holds its ceiling, or, while other merchants
-// want slots too, at least an equal share of them: its wait ended because
-// of what it holds, not because the service was full.
+// overShare reports whether t holds its ceiling (short of every slot), or,
+// while other merchants want slots too, at least an equal share of them:
+// its wait ended because of what it holds, not because the service was
+// full.
 func (a *admission) overShare(t *tenant) bool {
-	if t.held >= a.perCap {
+	if t.held >= a.perCap && a.perCap < a.slots {
 		return true
 	}
 	n := len(a.tenants)

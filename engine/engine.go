@@ -391,7 +391,7 @@ func (e *Engine) admit(client context.Context, merchant string) (done func(), er
 		e.observeRateLimited(RateLimitedShare)
 		return nil, &chargeonce.Error{
 			Code:       chargeonce.ERATELIMITED,
-			Message:    fmt.Sprintf("this merchant held its share of the acquirer slots for %s while other merchants needed them; nothing was kept for this Idempotency-Key: retry after the time in Retry-After", e.opts.AdmissionWait),
+			Message:    fmt.Sprintf("this merchant held its share of the acquirer slots for the whole admission wait (%s), the rest being kept for other merchants; nothing was kept for this Idempotency-Key: retry after the time in Retry-After", e.opts.AdmissionWait),
 			RetryAfter: OverloadRetryAfter,
 		}
 	default:
