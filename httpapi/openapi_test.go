@@ -315,6 +315,16 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 		map[string]string{"Idempotency-Key": key("shed")}, true), 503, "a new charge while every acquirer slot is busy")
 	defer func() { want(<-holdDone, 201, "the slot-holding charge") }()
 
+	// 429 rate-limited: an instance whose merchants may start one charge
+	// a minute refuses the second.
+	limited := startLikeServe(t, apitest.Store(t, kind), sim, engine.Options{
+		AcquirerTimeout: 5 * time.Second, Lease: 10 * time.Second, MerchantRate: engine.Rate{PerSecond: 1.0 / 60, Burst: 1},
+	})
+	for i, status := range []int{201, 429} {
+		want(c.exchange(limited, "POST", "/v1/charges", "/v1/charges", []byte(chargeBody(orderSeq.Add(1), "tok_ok")),
+			map[string]string{"Idempotency-Key": key("limited")}, true), status, fmt.Sprintf("charge %d at one a minute", i+1))
+	}
+
 	// 201, its replay, and the GETs that find it.
 	order := orderSeq.Add(1)
 	k := key("ok")
