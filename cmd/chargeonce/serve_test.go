@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -249,6 +250,36 @@ func TestAPIKeysFile(t *testing.T) {
 		if err := Main(context.Background(), args, &apitest.Buffer{}, &apitest.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestMerchantRates: serve refuses a merchant's attempts past its rate
+// with 429 rate-limited, the default from --merchant-rate and
+// --merchant-burst, a merchant's own from a rate line in the keys file.
+func TestMerchantRates(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(path, []byte("acme:sk_live_acme\nshop:sk_live_shop\nrate shop 1/h burst 4\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startServe(t, freeAddr(t), "--api-keys-file", path, "--merchant-rate", "1/m", "--merchant-burst", "2")
+	for merchant, allowed := range map[string]int{"acme": 2, "shop": 4} {
+		for i := range allowed + 1 {
+			want := 201
+			if i == allowed {
+				want = 429
+			}
+			c := chargeWith(t, r.base, "sk_live_"+merchant, fmt.Sprintf("rate-%s-%d", merchant, i))
+			if c.Status != want {
+				t.Fatalf("%s's attempt %d: status %d, want %d (%s)", merchant, i+1, c.Status, want, c.Body)
+			}
+			if want == 429 && c.Header.Get("Retry-After") == "" {
+				t.Fatalf("%s's 429 has no Retry-After", merchant)
+			}
+		}
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 
