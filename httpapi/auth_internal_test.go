@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+
+	"github.com/chargeonce/chargeonce/engine"
 )
 
 func TestParseKeysFileSyntaxAndDigests(t *testing.T) {
@@ -62,5 +64,47 @@ func TestParseKeysErrorsNeverShowTheSecret(t *testing.T) {
 		if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "VERY") {
 			t.Errorf("ParseKeys(%q) error shows the secret: %v", spec, err)
 		}
+	}
+}
+
+// TestParseKeysRates: a "rate" entry gives a merchant its own rate, beside
+// its keys in either syntax; malformed entries, a rate for a merchant
+// without a key and two rates for one merchant are refused.
+func TestParseKeysRates(t *testing.T) {
+	t.Parallel()
+	digest := sha256.Sum256([]byte("sk_shop"))
+	k, err := ParseKeys("acme:sk_acme\nshop:sha256:" + hex.EncodeToString(digest[:]) + "\nrate acme 200/s burst 400\n  rate   shop 60/m  \nrate:sk_rate, rate rate 5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for merchant, want := range map[string]engine.Rate{
+		"acme": {PerSecond: 200, Burst: 400},
+		"shop": {PerSecond: 1, Burst: 2},
+		"rate": {PerSecond: 5, Burst: 10},
+	} {
+		if got := k.Rates()[merchant]; got != want {
+			t.Errorf("rate of %s = %v, want %v", merchant, got, want)
+		}
+	}
+	if m, ok := k.lookup("sk_rate"); !ok || m.ID != "rate" {
+		t.Errorf("the merchant named rate lost its key: %q %v", m.ID, ok)
+	}
+	for _, spec := range []string{
+		"acme:sk_acme\nrate acme",
+		"acme:sk_acme\nrate acme fast",
+		"acme:sk_acme\nrate acme 0/s",
+		"acme:sk_acme\nrate acme 10/d",
+		"acme:sk_acme\nrate acme 10/s burst",
+		"acme:sk_acme\nrate acme 10/s burst 0",
+		"acme:sk_acme\nrate acme 10/s bursts 5",
+		"acme:sk_acme\nrate shop 10/s",
+		"acme:sk_acme\nrate acme 10/s\nrate acme 20/s",
+	} {
+		if _, err := ParseKeys(spec); err == nil {
+			t.Errorf("ParseKeys(%q) accepted it", spec)
+		}
+	}
+	if k, err := ParseKeys("acme:sk_acme"); err != nil || k.Rates() != nil {
+		t.Errorf("keys without rate entries: rates %v, %v; want none", k.Rates(), err)
 	}
 }
