@@ -53,8 +53,9 @@ func TestMain(m *testing.M) {
 // has its own end-to-end test of the benchmark): the same store, replay
 // cache, engine, API and mounted simulator, on the flags Child passes.
 func serve(ctx context.Context, args []string) error {
-	var addr, db, apiKeys, acq, level string
+	var addr, db, apiKeys, acq, level, merchantRate string
 	var latency time.Duration
+	var merchantBurst int
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&addr, "addr", "", "")
 	fs.StringVar(&db, "db", "", "")
@@ -62,6 +63,8 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&acq, "acquirer", "", "")
 	fs.DurationVar(&latency, "latency", 0, "")
 	fs.StringVar(&level, "log-level", "", "")
+	fs.StringVar(&merchantRate, "merchant-rate", "", "")
+	fs.IntVar(&merchantBurst, "merchant-burst", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,7 +90,13 @@ func serve(ctx context.Context, args []string) error {
 	}
 	sim := acquirer.NewSimulator(acquirer.Options{Latency: latency})
 	defer sim.Close()
-	eng := engine.New(replaycache.New(store, replaycache.Options{}), sim, engine.Options{})
+	perSecond, err := engine.ParsePerSecond(merchantRate)
+	if err != nil {
+		return err
+	}
+	eng := engine.New(replaycache.New(store, replaycache.Options{}), sim, engine.Options{
+		MerchantRate: engine.Rate{PerSecond: perSecond, Burst: merchantBurst},
+	})
 	mux := http.NewServeMux()
 	mux.Handle("/acquirer/", http.StripPrefix("/acquirer", acquirer.Handler(sim)))
 	mux.Handle("/", httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: slog.New(slog.DiscardHandler)}))
