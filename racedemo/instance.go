@@ -350,8 +350,13 @@ func (in *instance) warmKeyInsert(ctx context.Context, n int) error {
 	return nil
 }
 
+// closeInstances closes what was opened of insts; an instance that never
+// opened (the first failed, so the others were not tried) is nil.
 func closeInstances(insts []*instance) {
 	for _, in := range insts {
+		if in == nil {
+			continue
+		}
 		if in.db != nil {
 			_ = in.db.Close()
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,5 +180,21 @@ func TestRaceFlagsRejected(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("race %v: error %v; want one naming %s", tc.args, err, tc.want)
 		}
+	}
+}
+
+// A database that does not exist is an error that says so, not a panic while
+// closing the instances that never opened.
+func TestRaceOnAMissingDatabase(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/chargeonce_no_such_database"
+	missing := u.String()
+	_, _, err = runMain(t, append(raceArgs(missing, t.TempDir()), "--instances", "3")...)
+	if err == nil || !strings.Contains(err.Error(), "chargeonce_no_such_database") {
+		t.Fatalf("race on a missing database: error %v; want one naming the database", err)
 	}
 }
