@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -58,9 +59,16 @@ func main() {
 		// `charge` exits 2 for a declined card.
 		os.Exit(0)
 	default:
-		fmt.Fprintln(os.Stderr, "chargeonce:", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(1)
 	}
+}
+
+// errorLine is the line a failed command ends with: its error after one
+// "chargeonce: " prefix. The client's and the library's errors carry that
+// prefix already, as a package's errors do.
+func errorLine(err error) string {
+	return "chargeonce: " + strings.TrimPrefix(err.Error(), "chargeonce: ")
 }
 
 // exitCodeError is an error that only carries a process exit status; the
@@ -71,11 +79,13 @@ func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", int
 
 // Main runs the sub-command named by args[0].
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
+		// No command is a usage error: say what there is, exit 2.
 		usage(stderr)
-		if len(args) == 0 {
-			return flag.ErrHelp
-		}
+		return exitCodeError(2)
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
 		return nil
 	}
 	for _, c := range commands() {
@@ -83,8 +93,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
+	fmt.Fprintf(stderr, "chargeonce: unknown command %q\n\n", args[0])
 	usage(stderr)
-	return fmt.Errorf("unknown command %q", args[0])
+	return exitCodeError(2)
 }
 
 func usage(w io.Writer) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -165,5 +166,39 @@ func TestMigrateAndReconcile(t *testing.T) {
 	}
 	if !strings.HasPrefix(rout.String(), "claimed=0 settled=0 deferred=0 stuck=0") {
 		t.Fatalf("reconcile printed %q", rout.String())
+	}
+}
+
+// No command, or one that does not exist, is a usage error: the usage on
+// stderr and exit status 2. Asking for help is not an error.
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args     []string
+		wantErr  error
+		wantText string
+	}{
+		{nil, exitCodeError(2), "usage: chargeonce <command>"},
+		{[]string{"charg"}, exitCodeError(2), `unknown command "charg"`},
+		{[]string{"help"}, nil, "usage: chargeonce <command>"},
+	} {
+		out, errOut, err := runMain(t, tc.args...)
+		if err != tc.wantErr { //nolint:errorlint // exitCodeError is compared as a value
+			t.Errorf("chargeonce %v: error %v; want %v", tc.args, err, tc.wantErr)
+		}
+		if !strings.Contains(out+errOut, tc.wantText) {
+			t.Errorf("chargeonce %v printed %q; want %q", tc.args, out+errOut, tc.wantText)
+		}
+	}
+}
+
+// A failed command's last line says chargeonce once, though the client's
+// errors name their package too.
+func TestErrorLineSaysChargeonceOnce(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{errors.New("chargeonce: 400 invalid-request: amount"), errors.New("--db: no such file")} {
+		if got := errorLine(err); strings.Count(got, "chargeonce:") != 1 {
+			t.Errorf("errorLine(%q) = %q; want one chargeonce: prefix", err, got)
+		}
 	}
 }
