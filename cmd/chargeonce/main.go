@@ -54,6 +54,9 @@ func main() {
 	case err == nil:
 	case errors.As(err, &ec):
 		os.Exit(int(ec))
+	case errors.As(err, new(usageError)):
+		fmt.Fprintln(os.Stderr, errorLine(err))
+		os.Exit(2)
 	case errors.Is(err, flag.ErrHelp):
 		// Help was asked for and printed. Exit 0, not flag's usual 2:
 		// `charge` exits 2 for a declined card.
@@ -77,6 +80,11 @@ type exitCodeError int
 
 func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
+// usageError is a command line chargeonce cannot run: exit status 2.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
 // Main runs the sub-command named by args[0].
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -93,9 +101,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "chargeonce: unknown command %q\n\n", args[0])
 	usage(stderr)
-	return exitCodeError(2)
+	return usageError(fmt.Sprintf("unknown command %q", args[0]))
 }
 
 func usage(w io.Writer) {

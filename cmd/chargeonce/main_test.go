@@ -179,7 +179,7 @@ func TestUsage(t *testing.T) {
 		wantText string
 	}{
 		{nil, exitCodeError(2), "usage: chargeonce <command>"},
-		{[]string{"charg"}, exitCodeError(2), `unknown command "charg"`},
+		{[]string{"charg"}, usageError(`unknown command "charg"`), "usage: chargeonce <command>"},
 		{[]string{"help"}, nil, "usage: chargeonce <command>"},
 	} {
 		out, errOut, err := runMain(t, tc.args...)
