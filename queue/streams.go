@@ -22,6 +22,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chargeonce/chargeonce"
 )
 
 // Stream and subject names: the contract clients depend on (SPEC).
@@ -189,4 +191,27 @@ func merchantOf(subject string) (string, bool) {
 		return "", false
 	}
 	return m, true
+}
+
+// MaxMerchantLen bounds a merchant id, in bytes.
+const MaxMerchantLen = 255
+
+// CheckMerchant refuses a merchant token no merchant on the queue can have:
+// 1–MaxMerchantLen visible ASCII characters (0x21–0x7E) other than a colon
+// (merchant ids never hold one: the API keys are merchant:secret, and
+// message ids are merchant:key:…) and other than the subject's own
+// separators and wildcards (. * >). Anything else on a request subject is
+// poison, answered 400 at its first delivery; without this check a token
+// that is not UTF-8 reached the store, which refused it like an outage,
+// and the request was retried for minutes before it was given up.
+func CheckMerchant(m string) error {
+	if m == "" || len(m) > MaxMerchantLen {
+		return chargeonce.FieldError("merchant", "the subject's merchant token must be 1 to %d characters", MaxMerchantLen)
+	}
+	for i := range len(m) {
+		if c := m[i]; c < 0x21 || c > 0x7e || strings.IndexByte(":.*>", c) >= 0 {
+			return chargeonce.FieldError("merchant", "the subject's merchant token must be visible ASCII characters other than : . * >")
+		}
+	}
+	return nil
 }

@@ -45,6 +45,9 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if c.merchant == "" {
 		return fmt.Errorf("--merchant is required")
 	}
+	if err := queue.CheckMerchant(c.merchant); err != nil {
+		return fmt.Errorf("--merchant %q: %s", c.merchant, chargeonce.ErrorMessage(err))
+	}
 	if c.key == "" {
 		c.key = client.NewIdempotencyKey()
 		fmt.Fprintf(stderr, "idempotency key: %s\n", c.key)

@@ -118,6 +118,8 @@ func TestWorkerAndPublishBadConfiguration(t *testing.T) {
 		{[]string{"publish", "--amount", "5"}, "--order"},
 		{[]string{"publish", "--order", "5"}, "--amount"},
 		{[]string{"publish", "--order", "5", "--amount", "5", "--nats", "nats://127.0.0.1:1"}, "--nats"},
+		{[]string{"publish", "--order", "5", "--amount", "5", "--nats", "nats://127.0.0.1:1", "--merchant", "a.b"}, "--merchant"},
+		{[]string{"publish", "--order", "5", "--amount", "5", "--nats", "nats://127.0.0.1:1", "--merchant", "caf\u00e9"}, "--merchant"},
 	} {
 		var out, errb apitest.Buffer
 		err := Main(context.Background(), tc.args, &out, &errb)
