@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/internal/apitest"
@@ -54,5 +55,41 @@ func TestPoisonMerchantInSubject(t *testing.T) {
 	consumerDrained(t, e.js, queue.DefaultDurable, 10*time.Second)
 	if st := e.acq.sim.Stats(); st.CaptureRequests != 0 {
 		t.Fatalf("the acquirer saw %d requests", st.CaptureRequests)
+	}
+}
+
+// TestMsgIDNotSharedAcrossMerchants (issue 17.5): JetStream dedupes
+// Nats-Msg-Id across the whole stream, whatever the subject. Acme's message
+// must not make beta's, sent a moment later with the same id, disappear:
+// the request stream's duplicate window is the shortest JetStream allows
+// (the engine dedupes by merchant and key anyway), and both get results.
+func TestMsgIDNotSharedAcrossMerchants(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.worker(queue.WorkerOptions{})
+	send := func(m string, order int64) {
+		msg := nats.NewMsg(queue.RequestSubject(m))
+		msg.Header.Set(queue.HeaderIdempotencyKey, "order-1")
+		msg.Header.Set(jetstream.MsgIDHeader, "order-1")
+		msg.Data = []byte(body(order, "tok_ok"))
+		ack, err := e.js.PublishMsg(t.Context(), msg)
+		if err != nil {
+			t.Fatalf("publishing for %s: %v", m, err)
+		}
+		if ack.Duplicate {
+			t.Errorf("%s's message was dropped as a duplicate of another merchant's (stream sequence %d)", m, ack.Sequence)
+		}
+	}
+	send("acme", 81)
+	time.Sleep(500 * time.Millisecond) // past the shortest window JetStream allows (100 ms), not the default (2 min)
+	send("beta", 82)
+	for _, m := range []string{"acme", "beta"} {
+		apitest.Eventually(t, 15*time.Second, m+"'s result", func() bool {
+			rs := messages(t, e.js, queue.ResultSubject(m))
+			return len(rs) == 1 && rs[0].status() == "201"
+		})
+		if n := e.acq.sim.CapturedCount(m, map[string]int64{"acme": 81, "beta": 82}[m]); n != 1 {
+			t.Fatalf("%s: %d captures, want 1", m, n)
+		}
 	}
 }
