@@ -111,7 +111,12 @@ type Store interface {
 	KeyComplete(ctx context.Context, p KeyCompleteParams) error
 	// KeyRelease deletes a processing record and its charge when owned by
 	// token (the acquirer was never called), so a retry starts afresh.
-	// ESTALE when token no longer owns it.
+	// ESTALE when token no longer owns it. A record flagged by KeyNotify is
+	// not deleted but kept processing with its lease ended: a queue message
+	// was acked on the promise that its answer reaches the outbox, and a
+	// fresh record inserted by a retry would not carry that promise.
+	// Recovery or the retry drives it (looking the reference up first), and
+	// its completion writes the outbox row.
 	KeyRelease(ctx context.Context, merchantID, key, token string) error
 	// KeyLeaseSet moves the end of token's lease to now()+d (d may be zero:
 	// the outcome is unknown and recovery may take over at once) and, when

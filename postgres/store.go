@@ -427,18 +427,27 @@ func (s *Store) completeOne(ctx context.Context, p chargeonce.KeyCompleteParams,
 // statement, when token still owns it; otherwise ESTALE and nothing changes.
 // It is for attempts that failed before calling the acquirer: no money can
 // have moved, so the retry may start afresh.
+//
+// A record flagged by KeyNotify is kept instead, its lease ended: a queue
+// message was acked on the promise that its answer reaches the outbox, and a
+// fresh record inserted by the retry would not carry the flag. Recovery or
+// the retry drives it, and whoever completes it writes the outbox row.
 func (s *Store) KeyRelease(ctx context.Context, merchantID, key, token string) error {
 	var n int
 	err := s.pool.QueryRow(ctx, `
 WITH k AS (
 	DELETE FROM idempotency_keys
-	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
+	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing' AND NOT notify
 	RETURNING charge_id
 ), c AS (
 	DELETE FROM charges USING k
 	WHERE charges.id = k.charge_id AND charges.status = 'processing'
+), kept AS (
+	UPDATE idempotency_keys SET lease_until = now(), updated_at = now()
+	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing' AND notify
+	RETURNING 1
 )
-SELECT count(*) FROM k`, merchantID, key, token).Scan(&n)
+SELECT (SELECT count(*) FROM k) + (SELECT count(*) FROM kept)`, merchantID, key, token).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("releasing idempotency key: %w", translate(err))
 	}

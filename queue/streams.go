@@ -22,6 +22,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chargeonce/chargeonce"
 )
 
 // Stream and subject names: the contract clients depend on (SPEC).
@@ -56,9 +58,18 @@ const (
 const (
 	DefaultRequestMaxAge = 24 * time.Hour
 	DefaultResultMaxAge  = 7 * 24 * time.Hour
-	// DefaultDuplicates is JetStream's duplicate window on both streams.
-	// Correctness never depends on it: it only drops the obvious repeats.
+	// DefaultDuplicates is JetStream's duplicate window on the results
+	// stream, whose message ids are chargeonce's own (scoped by merchant):
+	// it keeps one copy of an answer published twice (by the outbox and a
+	// replay, say). Correctness never depends on it.
 	DefaultDuplicates = 2 * time.Minute
+	// DefaultRequestDuplicates is the duplicate window on the requests
+	// stream: the shortest JetStream allows. JetStream dedupes Nats-Msg-Id
+	// across the whole stream, whatever the subject, so a longer window
+	// would let one merchant's id make another merchant's message vanish
+	// (acked as a duplicate, never stored). The engine dedupes requests by
+	// merchant and key, so nothing is lost by (almost) not deduping here.
+	DefaultRequestDuplicates = 100 * time.Millisecond
 )
 
 // RequestSubject is the subject a merchant's charge requests are sent to.
@@ -70,13 +81,26 @@ func ResultSubject(merchant string) string { return ResultSubjectPrefix + mercha
 // DeadSubject is the subject a merchant's poison requests are copied to.
 func DeadSubject(merchant string) string { return DeadSubjectPrefix + merchant }
 
+// RequestMsgID is the Nats-Msg-Id producers should give a request:
+// merchant, key and send (one sending of the message, the same on the
+// producer's own retries of that publish), joined by colons. JetStream
+// dedupes message ids across the whole stream, whatever the subject, so an
+// id must be unique to its merchant; a merchant id never holds a colon
+// (CheckMerchant), so no merchant's ids can be another's.
+func RequestMsgID(merchant, key, send string) string {
+	return merchant + ":" + key + ":" + send
+}
+
 // StreamOptions configure EnsureStreams. Zero fields take the defaults.
 type StreamOptions struct {
 	// Replicas of each stream (1 on a single server; 3 in a cluster).
 	Replicas      int
 	RequestMaxAge time.Duration
 	ResultMaxAge  time.Duration
-	Duplicates    time.Duration
+	// Duplicates is the results stream's duplicate window.
+	Duplicates time.Duration
+	// RequestDuplicates is the requests stream's duplicate window.
+	RequestDuplicates time.Duration
 }
 
 // EnsureStreams creates both streams, or updates them to this
@@ -94,6 +118,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 	if o.Duplicates <= 0 {
 		o.Duplicates = DefaultDuplicates
 	}
+	if o.RequestDuplicates <= 0 {
+		o.RequestDuplicates = DefaultRequestDuplicates
+	}
 	for _, cfg := range []jetstream.StreamConfig{{
 		Name:        RequestStream,
 		Description: "chargeonce charge requests",
@@ -101,7 +128,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.Replicas,
 		MaxAge:      o.RequestMaxAge,
-		Duplicates:  o.Duplicates,
+		Duplicates:  o.RequestDuplicates,
 	}, {
 		Name:        ResultStream,
 		Description: "chargeonce charge results and dead-lettered requests",
@@ -189,4 +216,27 @@ func merchantOf(subject string) (string, bool) {
 		return "", false
 	}
 	return m, true
+}
+
+// MaxMerchantLen bounds a merchant id, in bytes.
+const MaxMerchantLen = 255
+
+// CheckMerchant refuses a merchant token no merchant on the queue can have:
+// 1–MaxMerchantLen visible ASCII characters (0x21–0x7E) other than a colon
+// (merchant ids never hold one: the API keys are merchant:secret, and
+// message ids are merchant:key:…) and other than the subject's own
+// separators and wildcards (. * >). Anything else on a request subject is
+// poison, answered 400 at its first delivery; without this check a token
+// that is not UTF-8 reached the store, which refused it like an outage,
+// and the request was retried for minutes before it was given up.
+func CheckMerchant(m string) error {
+	if m == "" || len(m) > MaxMerchantLen {
+		return chargeonce.FieldError("merchant", "the subject's merchant token must be 1 to %d characters", MaxMerchantLen)
+	}
+	for i := range len(m) {
+		if c := m[i]; c < 0x21 || c > 0x7e || strings.IndexByte(":.*>", c) >= 0 {
+			return chargeonce.FieldError("merchant", "the subject's merchant token must be visible ASCII characters other than : . * >")
+		}
+	}
+	return nil
 }

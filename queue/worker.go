@@ -236,6 +236,9 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		}
 		return w.poison(wctx, msg, merchant, raw, seq, err), redelivered
 	}
+	if err := CheckMerchant(merchant); err != nil {
+		return w.poison(wctx, msg, merchant, key, seq, err), redelivered
+	}
 	req, err := httpapi.DecodeChargeRequest(msg.Data())
 	if err != nil {
 		return w.poison(wctx, msg, merchant, key, seq, err), redelivered

@@ -59,8 +59,14 @@ WHERE merchant_id = ?1 AND key = ?2 AND token = ?3 AND state = 'processing'
 RETURNING charge_id`
 
 	sqlKeyRelease = `DELETE FROM idempotency_keys
-WHERE merchant_id = ?1 AND key = ?2 AND token = ?3 AND state = 'processing'
+WHERE merchant_id = ?1 AND key = ?2 AND token = ?3 AND state = 'processing' AND notify = 0
 RETURNING charge_id`
+
+	// sqlKeyReleaseNotified ends the lease of a flagged record instead of
+	// deleting it (see KeyRelease).
+	sqlKeyReleaseNotified = `UPDATE idempotency_keys
+SET lease_until = ` + nowMicros + `, updated_at = ` + nowMicros + `
+WHERE merchant_id = ?1 AND key = ?2 AND token = ?3 AND state = 'processing' AND notify = 1`
 
 	sqlKeyLeaseSet = `UPDATE idempotency_keys
 SET lease_until = ` + nowMicros + ` + ?4,
@@ -294,7 +300,9 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 }
 
 // KeyRelease deletes a processing record and its charge when token owns it,
-// so that a retry starts afresh; otherwise ESTALE.
+// so that a retry starts afresh; otherwise ESTALE. A record flagged by
+// KeyNotify is kept instead, its lease ended, so that the answer a queue
+// message was promised still reaches the outbox (see chargeonce.Store).
 func (s *Store) KeyRelease(ctx context.Context, merchantID, key, token string) error {
 	q, err := s.prepared(ctx)
 	if err != nil {
@@ -309,7 +317,22 @@ func (s *Store) KeyRelease(ctx context.Context, merchantID, key, token string) e
 	var chargeID string
 	err = tx.StmtContext(ctx, q.keyRelease).QueryRowContext(ctx, merchantID, key, token).Scan(&chargeID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return stale(key)
+		// Not deleted: stale, or flagged for the outbox and kept.
+		res, err := tx.ExecContext(ctx, sqlKeyReleaseNotified, merchantID, key, token)
+		if err != nil {
+			return wrap("releasing idempotency key flagged for the outbox", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return wrap("releasing idempotency key flagged for the outbox", err)
+		}
+		if n == 0 {
+			return stale(key)
+		}
+		if err := tx.Commit(); err != nil {
+			return wrap("releasing idempotency key: committing", err)
+		}
+		return nil
 	}
 	if err != nil {
 		return wrap("releasing idempotency key", err)

@@ -22,6 +22,7 @@ var outboxTests = []struct {
 	{"OutboxNotifyRacesComplete", testOutboxNotifyRacesComplete},
 	{"OutboxClaimConcurrentOnce", testOutboxClaimConcurrentOnce},
 	{"OutboxClaimEndsReissued", testOutboxClaimEndsReissued},
+	{"OutboxReleaseKeepsNotify", testOutboxReleaseKeepsNotify},
 }
 
 // claimAll claims every entry available now.
@@ -281,4 +282,52 @@ func testOutboxClaimEndsReissued(t *testing.T, s chargeonce.Store) {
 	if len(again) != 5 || again[0].ID != first[0].ID {
 		t.Fatalf("after the claim ended: %d entries (first %v), want all 5 from %d", len(again), again, first[0].ID)
 	}
+}
+
+// testOutboxReleaseKeepsNotify: a queue message was acked on the promise
+// that the record's answer reaches the outbox (KeyNotify). The attempt
+// owning the record then gives it up before calling the acquirer (shed,
+// KeyRelease). Deleting the record would drop the promise: the retry would
+// insert a fresh, unflagged record and its answer would never be published.
+// So a flagged record is kept, its lease ended, for recovery or a retry to
+// drive; whoever completes it writes the outbox entry.
+func testOutboxReleaseKeepsNotify(t *testing.T, s chargeonce.Store) {
+	p := newIntent("m1", "key-1")
+	insert(t, s, p)
+	if !notify(t, s, "m1", "key-1") {
+		t.Fatal("KeyNotify of a processing record: flagged=false")
+	}
+	if err := s.KeyRelease(t.Context(), "m1", "key-1", p.Token); err != nil {
+		t.Fatalf("KeyRelease of a flagged record: %v", err)
+	}
+	rec, err := s.KeyGet(t.Context(), "m1", "key-1")
+	if err != nil {
+		t.Fatalf("KeyGet after releasing a flagged record: %v; want it kept", err)
+	}
+	if rec.State != chargeonce.KeyProcessing || !rec.LeaseExpired {
+		t.Fatalf("released flagged record: state %s, lease expired %v; want processing, expired", rec.State, rec.LeaseExpired)
+	}
+	if _, err := s.ChargeGet(t.Context(), "m1", p.Charge.ID); err != nil {
+		t.Fatalf("ChargeGet after releasing a flagged record: %v; want the charge kept", err)
+	}
+	// A retry (or recovery) takes it over and settles it: the answer lands
+	// in the outbox.
+	claimed, ok, err := s.KeyClaim(t.Context(), "m1", "key-1", "tok_retry", longLease)
+	if err != nil || !ok {
+		t.Fatalf("KeyClaim of the released flagged record = %v, %v; want claimed", ok, err)
+	}
+	complete(t, s, "m1", "key-1", claimed.Token, []byte(`{"status":"captured"}`))
+	es := claimAll(t, s, longLease)
+	if len(es) != 1 || es[0].Key != "key-1" || es[0].ResponseStatus != 201 {
+		t.Fatalf("outbox = %+v; want the retry's 201 for key-1", es)
+	}
+
+	// An unflagged record is still deleted, as before.
+	q := newIntent("m1", "key-2")
+	insert(t, s, q)
+	if err := s.KeyRelease(t.Context(), "m1", "key-2", q.Token); err != nil {
+		t.Fatalf("KeyRelease: %v", err)
+	}
+	_, err = s.KeyGet(t.Context(), "m1", "key-2")
+	wantCode(t, "KeyGet after releasing an unflagged record", err, chargeonce.ENOTFOUND)
 }

@@ -45,6 +45,9 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if c.merchant == "" {
 		return fmt.Errorf("--merchant is required")
 	}
+	if err := queue.CheckMerchant(c.merchant); err != nil {
+		return fmt.Errorf("--merchant %q: %s", c.merchant, chargeonce.ErrorMessage(err))
+	}
 	if c.key == "" {
 		c.key = client.NewIdempotencyKey()
 		fmt.Fprintf(stderr, "idempotency key: %s\n", c.key)
@@ -80,6 +83,8 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	m := nats.NewMsg(queue.RequestSubject(c.merchant))
 	m.Header.Set(queue.HeaderIdempotencyKey, c.key)
 	m.Header.Set(queue.HeaderContentType, "application/json")
+	// Scoped by merchant: JetStream dedupes ids across the whole stream.
+	m.Header.Set(jetstream.MsgIDHeader, queue.RequestMsgID(c.merchant, c.key, client.NewIdempotencyKey()))
 	m.Data = body
 	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(queue.RequestStream))
 	if err != nil {

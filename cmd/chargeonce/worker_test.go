@@ -11,8 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/internal/natstest"
+	"github.com/chargeonce/chargeonce/queue"
 )
 
 // TestWorkerAndPublish runs the README's queue example: a worker on an
@@ -57,6 +61,26 @@ func TestWorkerAndPublish(t *testing.T) {
 	body := out[strings.Index(out, "\n\n"):]
 	if err != nil || !strings.Contains(again, "Idempotent-Replayed: true") || !strings.HasSuffix(again, body) {
 		t.Fatalf("publish again: %v\n%s\nwant the first body %s", err, again, body)
+	}
+	// Its message ids are scoped by merchant (JetStream dedupes them
+	// across the stream), and a new sending is a new id.
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := natstest.ReadAll(t, js, queue.RequestStream, queue.RequestSubject("demo"))
+	if len(sent) != 2 || sent[0].Header.Get(jetstream.MsgIDHeader) == sent[1].Header.Get(jetstream.MsgIDHeader) {
+		t.Fatalf("publish sent %d messages, want 2 with two ids", len(sent))
+	}
+	for _, m := range sent {
+		if id := m.Header.Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, "demo:order-123:") {
+			t.Fatalf("publish's Nats-Msg-Id %q, want demo:order-123:<send>", id)
+		}
 	}
 	out, err = run("--order", "124", "--amount", "100", "--token", "tok_declined")
 	if ec := exitCodeError(0); !errors.As(err, &ec) || ec != 2 || !strings.HasPrefix(out, "Status: 402") {
@@ -118,6 +142,8 @@ func TestWorkerAndPublishBadConfiguration(t *testing.T) {
 		{[]string{"publish", "--amount", "5"}, "--order"},
 		{[]string{"publish", "--order", "5"}, "--amount"},
 		{[]string{"publish", "--order", "5", "--amount", "5", "--nats", "nats://127.0.0.1:1"}, "--nats"},
+		{[]string{"publish", "--order", "5", "--amount", "5", "--nats", "nats://127.0.0.1:1", "--merchant", "a.b"}, "--merchant"},
+		{[]string{"publish", "--order", "5", "--amount", "5", "--nats", "nats://127.0.0.1:1", "--merchant", "caf\u00e9"}, "--merchant"},
 	} {
 		var out, errb apitest.Buffer
 		err := Main(context.Background(), tc.args, &out, &errb)
