@@ -29,21 +29,24 @@ const migrateLockKey int64 = 0x63686172676f6e63
 // turns: the first applies the migrations, the others wait, then find them
 // recorded and apply nothing. A transaction-scoped lock is released by COMMIT
 // or ROLLBACK (or a dropped connection), so no error path can leave it held
-// on a pooled connection. PostgreSQL's DDL is transactional: a failed
+// on a pooled connection. Migrate needs a direct connection, not one through
+// a pooler, unless there is nothing to apply (checkDirect). PostgreSQL's DDL is transactional: a failed
 // migration leaves the schema as it was.
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
 		return fmt.Errorf("reading migrations: %w", err)
 	}
+	versions := make([]int, len(ms))
+	for i, m := range ms {
+		versions[i] = m.Version
+	}
+	if err := s.checkDirect(ctx, versions); err != nil {
+		return fmt.Errorf("migrating: %w", err)
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
 			return fmt.Errorf("taking the migration lock: %w", err)
-		}
-		// Migrations rewrite whole tables, where a sequential scan is the
-		// right plan (the store's connections plan without them, see Open).
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = on"); err != nil {
-			return fmt.Errorf("migrating: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version    integer     PRIMARY KEY,

@@ -1,0 +1,156 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/pgtest"
+	"github.com/chargeonce/chargeonce/postgres"
+)
+
+// scans is what pg_stat_user_tables says of the store's two tables.
+type scans struct{ seq, idx, read int64 }
+
+func tableScans(t *testing.T, conn *pgx.Conn, schema string) scans {
+	t.Helper()
+	var s scans
+	err := conn.QueryRow(t.Context(), `
+		SELECT coalesce(sum(seq_scan), 0), coalesce(sum(idx_scan), 0),
+			coalesce(sum(seq_tup_read), 0) + coalesce(sum(idx_tup_fetch), 0)
+		FROM pg_stat_user_tables
+		WHERE schemaname = $1 AND relname IN ('idempotency_keys', 'charges')`, schema).Scan(&s.seq, &s.idx, &s.read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// flushStats makes every connection of s publish its table statistics
+// now; an idle backend otherwise holds them for up to ten seconds.
+func flushStats(t *testing.T, s *postgres.Store) {
+	t.Helper()
+	conns := s.Pool().AcquireAllIdle(t.Context())
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for _, c := range conns {
+		// PostgreSQL 15 or later: the test server must be one.
+		if _, err := c.Exec(t.Context(), "SELECT pg_stat_force_next_flush()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow pins the stale generic
+// plan: the store's statements first run on a new deployment's empty
+// tables, which then grow with no ANALYZE (autovacuum off here, as it is
+// for a while in the field), and must still find their rows through an
+// index. A named prepared statement switches to a generic plan after five
+// runs, and a generic plan made on empty tables scans them whole for as
+// long as it is cached. The store must get there without a session setting
+// (enable_seqscan is refused by a pooler's startup packet).
+func TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow(t *testing.T) {
+	t.Parallel()
+	connURL := pgtest.URL(t)
+	ctx := t.Context()
+	setup := open(t, connURL)
+	if err := setup.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := setup.Pool().QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"idempotency_keys", "charges"} {
+		if _, err := setup.Pool().Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setup.Close()
+
+	// Two connections, so that every statement runs many times on each.
+	s, err := postgres.Open(ctx, connURL, postgres.WithMaxConns(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const goroutines, perGoroutine = 32, 10
+	const charges = goroutines * perGoroutine
+	round := func(prefix string) {
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range perGoroutine {
+					key := fmt.Sprintf("%s-%d-%d", prefix, g, i)
+					p := chargeonce.KeyInsertParams{
+						Fingerprint: "fp", Token: "tok_" + key, Lease: time.Minute,
+						Charge: chargeonce.Charge{ID: "ch_" + key, MerchantID: "m", IdempotencyKey: key, OrderID: int64(i), AmountCents: 1, Currency: "BRL", PaymentToken: "tok_ok"},
+					}
+					if _, inserted, err := s.KeyInsert(ctx, p); err != nil || !inserted {
+						t.Errorf("KeyInsert: inserted=%v err=%v", inserted, err)
+						return
+					}
+					if err := s.KeyComplete(ctx, chargeonce.KeyCompleteParams{
+						MerchantID: "m", Key: key, Token: p.Token, ResponseStatus: 201, ResponseBody: []byte("{}"),
+						ChargeStatus: chargeonce.StatusCaptured, TTL: time.Hour,
+					}); err != nil {
+						t.Errorf("KeyComplete: %v", err)
+						return
+					}
+					if _, err := s.KeyGet(ctx, "m", key); err != nil {
+						t.Errorf("KeyGet: %v", err)
+					}
+					if _, err := s.ChargeGet(ctx, "m", p.Charge.ID); err != nil {
+						t.Errorf("ChargeGet: %v", err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	round("empty") // plans are made here, on (nearly) empty tables
+
+	admin, err := pgx.Connect(ctx, connURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	const grown = 100_000
+	if _, err := admin.Exec(ctx, `
+		WITH k AS (
+			INSERT INTO idempotency_keys (merchant_id, key, fingerprint, token, state, lease_until, charge_id, expires_at)
+			SELECT 'other', 'k' || i, 'fp', 'tok', CASE WHEN i % 2 = 0 THEN 'processing' ELSE 'completed' END,
+				now() + interval '1 hour', 'bulk_' || i, CASE WHEN i % 2 = 1 THEN now() + interval '1 day' END
+			FROM generate_series(1, $1::int) i
+			RETURNING charge_id
+		)
+		INSERT INTO charges (id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, status)
+		SELECT charge_id, 'other', charge_id, 1, 1, 'BRL', 'tok', 'captured' FROM k`, grown); err != nil {
+		t.Fatal(err)
+	}
+
+	flushStats(t, s)
+	before := tableScans(t, admin, schema)
+	start := time.Now()
+	round("grown")
+	elapsed := time.Since(start)
+	flushStats(t, s)
+	after := tableScans(t, admin, schema)
+	perCharge := float64(after.read-before.read) / charges
+	t.Logf("after growing to %d rows: %d charges in %v, %d sequential scans, %d index scans, %.1f rows read a charge",
+		grown, charges, elapsed, after.seq-before.seq, after.idx-before.idx, perCharge)
+	// A charge's statements read its record and its charge, a few times
+	// over; a stale plan reads a table, or a whole index, for each.
+	if after.seq != before.seq || perCharge > 50 {
+		t.Fatalf("after the tables grew to %d rows the store's statements made %d sequential scans and read %.0f rows a charge (plans made on empty tables); want index lookups of a few rows",
+			grown, after.seq-before.seq, perCharge)
+	}
+}
