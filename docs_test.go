@@ -15,8 +15,12 @@ import (
 // the rest belongs in docs/.
 const readmeMaxLines = 250
 
-// theTestCommand is the README's test command, which CI runs exactly.
-const theTestCommand = "go test -race ./..."
+// The README's two commands: the service on the embedded SQLite default, and
+// the tests, which CI runs exactly.
+const (
+	theRunCommand  = "go run ./cmd/chargeonce serve"
+	theTestCommand = "go test -race ./..."
+)
 
 // docFiles are the Markdown files the docs tests read: the README, the
 // changelog and everything in docs/.
@@ -46,8 +50,10 @@ func TestReadme(t *testing.T) {
 	if n := strings.Count(readme, "\n"); n > readmeMaxLines {
 		t.Errorf("README.md has %d lines; keep it to %d and move the rest to docs/", n, readmeMaxLines)
 	}
-	if !hasLine(readme, theTestCommand) {
-		t.Errorf("README.md has no line %q", theTestCommand)
+	for _, cmd := range []string{theRunCommand, theTestCommand} {
+		if !hasLine(readme, cmd) {
+			t.Errorf("README.md has no line %q", cmd)
+		}
 	}
 	if ci := readDoc(t, ".ci/run"); !hasLine(ci, theTestCommand) {
 		t.Errorf(".ci/run does not run the README's test command %q", theTestCommand)
