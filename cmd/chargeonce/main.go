@@ -42,6 +42,7 @@ func commands() []command {
 		{"race", "run the double-charge experiment: naive designs against insert-first", runRace},
 		{"worker", "consume charge requests from NATS JetStream (with recovery and the outbox publisher)", runWorker},
 		{"publish", "send one charge request to the queue and print its result", runPublish},
+		{"version", "print the version, the commit and the schema version of each store", runVersion},
 	}
 }
 

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	goruntime "runtime"
+	"runtime/debug"
+
+	"github.com/chargeonce/chargeonce/postgres"
+	"github.com/chargeonce/chargeonce/sqlite"
+)
+
+// version is the release this binary was built as. A release build sets it:
+//
+//	go build -ldflags "-X main.version=v0.3.0" ./cmd/chargeonce
+//
+// Otherwise it is taken from the module version the go command stamped into
+// the build (a tagged checkout builds as its tag), and is "dev" when there is
+// none.
+var version = "dev"
+
+// buildInfo is what `chargeonce version` prints.
+type buildInfo struct {
+	Version string
+	// Commit is the VCS revision the binary was built from, with -dirty when
+	// the tree had uncommitted changes; "unknown" when the go command did not
+	// stamp one (go run, go test).
+	Commit string
+	// Postgres and SQLite are the schema versions each store migrates to.
+	Postgres, SQLite int
+	Go               string
+}
+
+// readBuildInfo combines the -ldflags version with what the go command
+// stamped into the binary (bi may be nil: no build information).
+func readBuildInfo(ldflagsVersion string, bi *debug.BuildInfo) buildInfo {
+	info := buildInfo{Version: ldflagsVersion, Commit: "unknown", Go: goruntime.Version()}
+	if bi == nil {
+		return info
+	}
+	if info.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		info.Version = bi.Main.Version
+	}
+	var revision string
+	var modified bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if revision != "" {
+		info.Commit = revision
+		if modified {
+			info.Commit += "-dirty"
+		}
+	}
+	if bi.GoVersion != "" {
+		info.Go = bi.GoVersion
+	}
+	return info
+}
+
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	bi, _ := debug.ReadBuildInfo()
+	info := readBuildInfo(version, bi)
+	var err error
+	if info.Postgres, err = postgres.SchemaVersion(); err != nil {
+		return fmt.Errorf("reading the postgres store's migrations: %w", err)
+	}
+	if info.SQLite, err = sqlite.SchemaVersion(); err != nil {
+		return fmt.Errorf("reading the sqlite store's migrations: %w", err)
+	}
+	fmt.Fprintf(stdout, "version %s\ncommit  %s\nschema  postgres %d, sqlite %d\ngo      %s\n",
+		info.Version, info.Commit, info.Postgres, info.SQLite, info.Go)
+	return nil
+}
