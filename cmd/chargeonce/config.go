@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -29,15 +30,45 @@ const (
 	DefaultLogLevel     = "info"
 )
 
-// newFlagSet returns a flag set whose usage mentions the env twins.
+// newFlagSet returns a flag set whose usage lists the command's own flags,
+// each with its environment twin.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: chargeonce %s [flags]\n\nEvery flag has an environment twin: --key-ttl is CHARGEONCE_KEY_TTL.\n\n", name)
-		fs.PrintDefaults()
+		fmt.Fprintf(stderr, "usage: chargeonce %s [flags]\n\n", name)
+		printFlags(stderr, fs)
 	}
 	return fs
+}
+
+// printFlags writes fs's flags as flag.PrintDefaults does, each followed by
+// the environment variable that sets it when the command line does not.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(w)
+	flagLine := regexp.MustCompile(`^  -([a-z0-9-]+)`)
+	name := ""
+	endFlag := func() {
+		if name == "" {
+			return
+		}
+		if noEnvTwin[name] {
+			fmt.Fprintln(w, "    \tno environment twin")
+		} else {
+			fmt.Fprintf(w, "    \tenv %s\n", envName(name))
+		}
+	}
+	for line := range strings.Lines(b.String()) {
+		if m := flagLine.FindStringSubmatch(line); m != nil {
+			endFlag()
+			name = m[1]
+		}
+		fmt.Fprint(w, line)
+	}
+	endFlag()
 }
 
 // parseFlags parses args, then fills every flag not given on the command
@@ -122,10 +153,21 @@ type acquirerFlags struct {
 
 func (a *acquirerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.target, "acquirer", DefaultAcquirer, "`sim` for the in-process simulator, or the base URL of a remote acquirer")
-	fs.DurationVar(&a.timeout, "acquirer-timeout", 2*time.Second, "how long one acquirer call may take before its outcome counts as unknown")
+	a.registerTimeout(fs)
 	fs.DurationVar(&a.slow, "slow", DefaultSlow, "with --acquirer sim: how long tok_slow takes")
 	fs.DurationVar(&a.latency, "latency", 0, "with --acquirer sim: a delay added to every capture")
 	fs.DurationVar(&a.window, "idempotency-window", 0, "with --acquirer sim: how long the simulator remembers a reference; a repeated capture after that moves money again (0: forever)")
+}
+
+// registerRemote registers the flags of a command that must reach the
+// acquirer the charges were sent to: no simulator of its own.
+func (a *acquirerFlags) registerRemote(fs *flag.FlagSet) {
+	fs.StringVar(&a.target, "acquirer", "", "the base `URL` of the acquirer the charges were sent to, such as a chargeonce acquirer")
+	a.registerTimeout(fs)
+}
+
+func (a *acquirerFlags) registerTimeout(fs *flag.FlagSet) {
+	fs.DurationVar(&a.timeout, "acquirer-timeout", 2*time.Second, "how long one acquirer call may take before its outcome counts as unknown")
 }
 
 // build returns the acquirer, and the simulator when it is in-process.

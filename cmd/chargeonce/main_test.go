@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -199,6 +200,36 @@ func TestErrorLineSaysChargeonceOnce(t *testing.T) {
 	for _, err := range []error{errors.New("chargeonce: 400 invalid-request: amount"), errors.New("--db: no such file")} {
 		if got := errorLine(err); strings.Count(got, "chargeonce:") != 1 {
 			t.Errorf("errorLine(%q) = %q; want one chargeonce: prefix", err, got)
+		}
+	}
+}
+
+// Each command's help lists its own flags, each with the environment
+// variable that really sets it; reconcile, which must reach the acquirer the
+// charges were sent to, offers no simulator.
+func TestHelpListsOwnFlagsWithTheirTwins(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cmd           string
+		want, notWant []string
+	}{
+		{"serve", []string{"-key-ttl duration", "env CHARGEONCE_KEY_TTL"}, nil},
+		{"charge", []string{"env CHARGEONCE_AMOUNT", "no environment twin"}, []string{"KEY_TTL", "key-ttl"}},
+		{"reconcile", []string{"-acquirer URL", "env CHARGEONCE_ACQUIRER_TIMEOUT"}, []string{"-slow", "-latency", "-idempotency-window", "sim"}},
+	} {
+		_, errOut, err := runMain(t, tc.cmd, "-h")
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s -h: error %v", tc.cmd, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%s -h lacks %q:\n%s", tc.cmd, w, errOut)
+			}
+		}
+		for _, nw := range tc.notWant {
+			if strings.Contains(errOut, nw) {
+				t.Errorf("%s -h mentions %q:\n%s", tc.cmd, nw, errOut)
+			}
 		}
 	}
 }

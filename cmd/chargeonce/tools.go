@@ -69,13 +69,16 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.DurationVar(&lease, "lease", engine.DefaultLease, "the lease recovery takes on each record it claims")
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
-	acq.register(fs)
+	acq.registerRemote(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, logLevel, *logFormat)
 	if err != nil {
 		return err
+	}
+	if acq.target == "" {
+		return fmt.Errorf("--acquirer: reconcile needs the URL of the acquirer the charges were sent to (such as a `chargeonce acquirer`)")
 	}
 	if lease <= acq.timeout {
 		return fmt.Errorf("--lease (%s) must be longer than --acquirer-timeout (%s)", lease, acq.timeout)
