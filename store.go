@@ -198,18 +198,68 @@ const DeclineAcquirerRejected = "acquirer_rejected"
 // request and moved no money; any other error means the outcome is unknown
 // (timeout, 5xx, broken connection).
 //
-// Lookup asks what became of a reference without moving money (GET
-// /v1/captures/{reference}). found=true with a nil error is the settled
-// capture (captured or declined). found=false with a nil error is a
-// definite "never captured": the acquirer has no capture under that
-// reference, so sending it is safe. Any error means the acquirer's state is
-// unknown (unreachable, or the capture is still under way). Recovery, and a
-// retry that takes over an expired lease, look a reference up before sending
-// it again, so that a reference the acquirer has forgotten is never captured
-// twice.
+// Lookup asks what became of a reference without moving money, and answers
+// honestly: LookupFound with the settled capture, LookupSafeToSend when
+// sending the reference now cannot move money twice (the acquirer holds no
+// capture under it, or still holds the reference's idempotency key so a
+// re-send returns the first answer), and LookupUnsure (the zero value) when
+// it cannot tell yet: a capture under way, a search index that lags, a
+// proxy's bare 404. An error means the acquirer could not be asked.
+// Recovery, and a retry that takes over an expired lease, look a reference
+// up before sending it again and send it only on LookupSafeToSend, so that
+// a reference the acquirer has forgotten is never captured twice.
 type Acquirer interface {
 	Capture(ctx context.Context, req CaptureRequest) (CaptureResult, error)
-	Lookup(ctx context.Context, reference string) (res CaptureResult, found bool, err error)
+	Lookup(ctx context.Context, req LookupRequest) (LookupResult, error)
+}
+
+// LookupRequest asks an Acquirer what became of a reference.
+type LookupRequest struct {
+	Reference string
+	// FirstSent is no later than the first time the reference was sent to
+	// the acquirer (the charge's creation), or zero when unknown. Adapters
+	// whose acquirer forgets idempotency keys, or whose search lags, use it
+	// to tell "never seen" from "not seen yet".
+	FirstSent time.Time
+}
+
+// LookupStatus is what a lookup learned about a reference.
+type LookupStatus int
+
+// The answers of a lookup. The zero value is LookupUnsure, so that an
+// adapter that forgets to decide never lets a reference be sent twice.
+const (
+	// LookupUnsure: the acquirer's state cannot be known now; do not send
+	// the reference, ask again later.
+	LookupUnsure LookupStatus = iota
+	// LookupFound: the reference settled; LookupResult.Result is its answer.
+	LookupFound
+	// LookupSafeToSend: sending the reference now cannot move money twice.
+	LookupSafeToSend
+)
+
+// String returns the status's name, for logs.
+func (s LookupStatus) String() string {
+	switch s {
+	case LookupFound:
+		return "found"
+	case LookupSafeToSend:
+		return "safe-to-send"
+	default:
+		return "unsure"
+	}
+}
+
+// LookupResult is the answer of Acquirer.Lookup.
+type LookupResult struct {
+	Status LookupStatus
+	// Result is the settled capture when Status is LookupFound.
+	Result CaptureResult
+	// Reason says why, for logs: why it is unsure, or why it is safe.
+	Reason string
+	// RetryAfter, when positive, is how long an unsure lookup suggests
+	// waiting before asking again.
+	RetryAfter time.Duration
 }
 
 // OutboxEntry is one result waiting to be published to the queue: the final

@@ -128,24 +128,43 @@ func (c *Client) Capture(ctx context.Context, req chargeonce.CaptureRequest) (ch
 }
 
 // Lookup implements chargeonce.Acquirer with GET /v1/captures/{reference}:
-// the settled capture (found), found=false on 404 (the acquirer holds no
-// capture under that reference), and an error for anything else, including
-// 409 (the capture is under way): the state is unknown then.
-func (c *Client) Lookup(ctx context.Context, reference string) (chargeonce.CaptureResult, bool, error) {
-	capture, found, err := c.Get(ctx, reference)
-	if err != nil || !found {
-		return chargeonce.CaptureResult{}, false, err
+// LookupFound with the settled capture on 200; LookupSafeToSend on the
+// simulator API's own 404, a problem+json of type not-found (the acquirer
+// holds no capture under that reference); LookupUnsure on any other 404 (a
+// bare 404 comes from a proxy or a wrong URL, not from the acquirer's
+// records) and on 409 (the capture is under way); an error for anything
+// else.
+func (c *Client) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	reference := req.Reference
+	hreq, err := c.newGet(ctx, "/v1/captures/"+url.PathEscape(reference))
+	if err != nil {
+		return chargeonce.LookupResult{}, err
+	}
+	var capture Capture
+	err = c.do(hreq, &capture)
+	if se, ok := errors.AsType[*StatusError](err); ok {
+		switch {
+		case se.StatusCode == http.StatusNotFound && se.Problem.Type == chargeonce.ProblemTypeBase+chargeonce.ENOTFOUND:
+			return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend, Reason: "the acquirer holds no capture under the reference"}, nil
+		case se.StatusCode == http.StatusNotFound:
+			return chargeonce.LookupResult{Reason: "a 404 without the acquirer's not-found problem details (a proxy, or a wrong URL?)"}, nil
+		case se.StatusCode == http.StatusConflict:
+			return chargeonce.LookupResult{Reason: "the capture is under way"}, nil
+		}
+	}
+	if err != nil {
+		return chargeonce.LookupResult{}, fmt.Errorf("acquirer: looking up %s: %w", reference, err)
 	}
 	res := capture.Result()
 	switch {
 	case res.Reference != reference:
-		return chargeonce.CaptureResult{}, false, fmt.Errorf("acquirer: looking up %s: the answer is for reference %q", reference, res.Reference)
+		return chargeonce.LookupResult{}, fmt.Errorf("acquirer: looking up %s: the answer is for reference %q", reference, res.Reference)
 	case res.Status == chargeonce.StatusCaptured && res.DeclineCode == "":
 	case res.Status == chargeonce.StatusDeclined:
 	default:
-		return chargeonce.CaptureResult{}, false, fmt.Errorf("acquirer: looking up %s: unexpected answer: status %q, decline_code %q", reference, res.Status, res.DeclineCode)
+		return chargeonce.LookupResult{}, fmt.Errorf("acquirer: looking up %s: unexpected answer: status %q, decline_code %q", reference, res.Status, res.DeclineCode)
 	}
-	return res, true, nil
+	return chargeonce.LookupResult{Status: chargeonce.LookupFound, Result: res}, nil
 }
 
 // Get returns the settled capture for reference; found is false on 404.

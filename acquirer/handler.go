@@ -184,7 +184,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	c, ok := h.sim.Get(ref)
 	if !ok {
 		// A capture under way is waited for, as a repeated POST waits.
-		_, found, err := h.sim.Lookup(r.Context(), ref)
+		lr, err := h.sim.Lookup(r.Context(), chargeonce.LookupRequest{Reference: ref})
 		if err != nil {
 			// Not "never seen": the capture is under way and its outcome
 			// is not known yet.
@@ -192,7 +192,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		c, ok = h.sim.Get(ref)
-		if found && ok {
+		if lr.Status == chargeonce.LookupFound && ok {
 			writeJSON(w, http.StatusOK, c)
 			return
 		}

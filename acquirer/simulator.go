@@ -390,37 +390,38 @@ func (s *Simulator) Get(reference string) (Capture, bool) {
 // is not known yet.
 var ErrInProgress = errors.New("acquirer: the capture is still under way")
 
-// Lookup implements chargeonce.Acquirer: the first settled capture for
-// reference (found), or found=false when no capture exists under it (it
-// never reached the simulator, or its requests failed before capturing).
-// While the reference's first capture is under way it waits for it, as a
-// repeated capture request does; if ctx ends first the error matches
-// ErrInProgress. It moves no money and is not counted in Stats.
-func (s *Simulator) Lookup(ctx context.Context, reference string) (chargeonce.CaptureResult, bool, error) {
+// Lookup implements chargeonce.Acquirer. The simulator never loses track of
+// a reference, so it always knows: LookupFound with the first settled
+// capture, or LookupSafeToSend when no capture exists under the reference
+// (it never reached the simulator, or its requests failed before
+// capturing). While the reference's first capture is under way it waits for
+// it, as a repeated capture request does; if ctx ends first the error
+// matches ErrInProgress. It moves no money and is not counted in Stats.
+func (s *Simulator) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
 	if err := ctx.Err(); err != nil {
-		return chargeonce.CaptureResult{}, false, err
+		return chargeonce.LookupResult{}, err
 	}
 	s.mu.Lock()
 	for {
-		ref := s.refs[reference]
+		ref := s.refs[req.Reference]
 		switch {
 		case ref == nil:
 			s.mu.Unlock()
-			return chargeonce.CaptureResult{}, false, nil
+			return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend, Reason: "the acquirer never saw the reference"}, nil
 		case ref.first != nil:
 			res := ref.first.Result()
 			s.mu.Unlock()
-			return res, true, nil
+			return chargeonce.LookupResult{Status: chargeonce.LookupFound, Result: res}, nil
 		case ref.run == nil:
 			s.mu.Unlock()
-			return chargeonce.CaptureResult{}, false, nil
+			return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend, Reason: "the reference's requests captured nothing"}, nil
 		}
 		done := ref.run.done
 		s.mu.Unlock()
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return chargeonce.CaptureResult{}, false, fmt.Errorf("%w: reference %s: %w", ErrInProgress, reference, ctx.Err())
+			return chargeonce.LookupResult{}, fmt.Errorf("%w: reference %s: %w", ErrInProgress, req.Reference, ctx.Err())
 		}
 		s.mu.Lock()
 	}

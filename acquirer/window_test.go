@@ -47,13 +47,13 @@ func TestIdempotencyWindow(t *testing.T) {
 	if c, ok := s.Get("ch_w"); !ok || !c.CreatedAt.Equal(first.CreatedAt) {
 		t.Fatalf("Get = %+v, %v; want the first capture", c, ok)
 	}
-	if res, found, err := s.Lookup(ctx, "ch_w"); err != nil || !found || res != captured("ch_w") {
-		t.Fatalf("Lookup = %+v, %v, %v; want the first capture", res, found, err)
+	if lr, err := s.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_w"}); err != nil || lr.Status != chargeonce.LookupFound || lr.Result != captured("ch_w") {
+		t.Fatalf("Lookup = %+v, %v; want the first capture", lr, err)
 	}
 }
 
-// TestLookup: found for a settled capture (captured or declined), a
-// definite not-found for a reference never seen or whose only request
+// TestLookup: found for a settled capture (captured or declined), safe to
+// send for a reference never seen or whose only request
 // captured nothing, and an unknown state for a caller that stops waiting
 // for a capture under way, in-process and over HTTP alike.
 func TestLookup(t *testing.T) {
@@ -83,25 +83,25 @@ func TestLookup(t *testing.T) {
 	}
 	for name, acq := range map[string]chargeonce.Acquirer{"in-process": s, "http": client} {
 		for ref, want := range map[string]chargeonce.CaptureResult{"ch_ok": captured("ch_ok"), "ch_no": {Reference: "ch_no", Status: chargeonce.StatusDeclined, DeclineCode: DeclineInsufficientFunds}} {
-			if res, found, err := acq.Lookup(ctx, ref); err != nil || !found || res != want {
-				t.Errorf("%s: Lookup(%s) = %+v, %v, %v; want %+v", name, ref, res, found, err, want)
+			if lr, err := acq.Lookup(ctx, chargeonce.LookupRequest{Reference: ref}); err != nil || lr.Status != chargeonce.LookupFound || lr.Result != want {
+				t.Errorf("%s: Lookup(%s) = %+v, %v; want %+v", name, ref, lr, err, want)
 			}
 		}
 		for _, ref := range []string{"ch_never", "ch_fb"} {
-			if res, found, err := acq.Lookup(ctx, ref); err != nil || found {
-				t.Errorf("%s: Lookup(%s) = %+v, %v, %v; want a definite not found", name, ref, res, found, err)
+			if lr, err := acq.Lookup(ctx, chargeonce.LookupRequest{Reference: ref}); err != nil || lr.Status != chargeonce.LookupSafeToSend {
+				t.Errorf("%s: Lookup(%s) = %+v, %v; want safe to send", name, ref, lr, err)
 			}
 		}
 		short, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
-		if _, found, err := acq.Lookup(short, "ch_slow"); err == nil || found {
-			t.Errorf("%s: Lookup that gave up on a capture under way = found %v, err %v; want an error (unknown)", name, found, err)
+		if lr, err := acq.Lookup(short, chargeonce.LookupRequest{Reference: "ch_slow"}); err == nil || lr.Status != chargeonce.LookupUnsure {
+			t.Errorf("%s: Lookup that gave up on a capture under way = %+v, err %v; want an error (unknown)", name, lr, err)
 		}
 		cancel()
 	}
 	// A caller that waits gets the capture once it settles.
 	for name, acq := range map[string]chargeonce.Acquirer{"in-process": s, "http": client} {
-		if res, found, err := acq.Lookup(ctx, "ch_slow"); err != nil || !found || res != captured("ch_slow") {
-			t.Errorf("%s: Lookup waiting for a capture under way = %+v, %v, %v; want it captured", name, res, found, err)
+		if lr, err := acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_slow"}); err != nil || lr.Status != chargeonce.LookupFound || lr.Result != captured("ch_slow") {
+			t.Errorf("%s: Lookup waiting for a capture under way = %+v, %v; want it captured", name, lr, err)
 		}
 	}
 	if st := s.Stats(); st.CaptureRequests != 4 {

@@ -485,7 +485,8 @@ func (e *Engine) Recover(ctx context.Context, rec chargeonce.KeyRecord, backoff 
 // acquirers remember a reference only for their idempotency window, after
 // which sending it again would capture again; so redrive looks the reference
 // up first, settles from the capture the acquirer holds, and sends the
-// reference only when the acquirer definitely has none.
+// reference only when the lookup says sending it cannot move money twice
+// (chargeonce.LookupSafeToSend).
 func (e *Engine) redrive(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering bool) Response {
 	return e.run(ctx, rec, token, backoff, recovering, true)
 }
@@ -499,12 +500,16 @@ func (e *Engine) redrive(ctx context.Context, rec chargeonce.KeyRecord, token st
 // refused again, forever.
 func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst bool) (chargeonce.CaptureResult, error) {
 	if lookFirst {
-		res, found, err := e.acquirer.Lookup(ctx, ch.Reference())
+		lr, err := e.acquirer.Lookup(ctx, chargeonce.LookupRequest{Reference: ch.Reference(), FirstSent: ch.CreatedAt})
 		if err != nil {
 			return chargeonce.CaptureResult{}, fmt.Errorf("looking up reference %s: %w", ch.Reference(), err)
 		}
-		if found {
-			return res, nil
+		switch lr.Status {
+		case chargeonce.LookupFound:
+			return lr.Result, nil
+		case chargeonce.LookupSafeToSend:
+		default:
+			return chargeonce.CaptureResult{}, &unsureError{reference: ch.Reference(), reason: lr.Reason, retryAfter: lr.RetryAfter}
 		}
 	}
 	start := time.Now()
@@ -525,6 +530,24 @@ func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst b
 		return chargeonce.CaptureResult{Reference: ch.Reference(), Status: chargeonce.StatusDeclined, DeclineCode: chargeonce.DeclineAcquirerRejected}, nil
 	}
 	return res, err
+}
+
+// unsureError is the error of a re-drive whose lookup could not tell
+// whether the acquirer holds a capture for the reference
+// (chargeonce.LookupUnsure): the reference is not sent, and the record waits
+// at least retryAfter before it is driven again.
+type unsureError struct {
+	reference  string
+	reason     string
+	retryAfter time.Duration
+}
+
+func (e *unsureError) Error() string {
+	msg := "looking up reference " + e.reference + ": the acquirer cannot tell yet whether it holds a capture; not sending it"
+	if e.reason != "" {
+		msg += " (" + e.reason + ")"
+	}
+	return msg
 }
 
 // run calls the acquirer for rec's charge (see acquire) and stores the
@@ -550,6 +573,9 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
 	}
 	if err != nil {
+		if ue, ok := errors.AsType[*unsureError](err); ok {
+			backoff = max(backoff, ue.retryAfter)
+		}
 		// Unknown outcome: the money may or may not have moved. Answer 202
 		// and hand the record to recovery now rather than after the lease.
 		e.log.Warn("acquirer outcome unknown; record left for recovery",

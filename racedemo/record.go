@@ -73,6 +73,6 @@ func (r recordingAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRe
 }
 
 // Lookup passes through: the demonstration's attempts never re-drive.
-func (r recordingAcquirer) Lookup(ctx context.Context, reference string) (chargeonce.CaptureResult, bool, error) {
-	return r.acq.Lookup(ctx, reference)
+func (r recordingAcquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	return r.acq.Lookup(ctx, req)
 }

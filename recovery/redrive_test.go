@@ -1,7 +1,9 @@
 package recovery_test
 
 import (
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,5 +108,58 @@ func TestRedriveSendsWhatTheAcquirerNeverSaw(t *testing.T) {
 	wantReplay(t, &env{store: e.store, eng: eng}, "k", req, 201)
 	if n, st := sim.CapturedCount("demo", req.OrderID), sim.Stats(); n != 1 || st.CaptureRequests != 2 {
 		t.Fatalf("captured %d times with %d requests (%+v); want 1 capture, from the second request", n, st.CaptureRequests, st)
+	}
+}
+
+// TestRecoveryNeverResendsOnABare404: a lookup that meets something other
+// than the acquirer — a proxy or load balancer answering a bare 404, say
+// while the acquirer's host is being replaced — has not learnt that the
+// acquirer never saw the reference. Recovery must not send it again: here
+// the acquirer forgot the reference (its window ended) after capturing it
+// with the reply lost, so a re-send would capture twice.
+func TestRecoveryNeverResendsOnABare404(t *testing.T) {
+	t.Parallel()
+	const window = 200 * time.Millisecond
+	sim := acquirer.NewSimulator(acquirer.Options{IdempotencyWindow: window})
+	t.Cleanup(func() { sim.Close() })
+	api := acquirer.Handler(sim)
+	var bare atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if bare.Load() && r.Method == http.MethodGet {
+			http.NotFound(w, r) // text/plain "404 page not found"
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e := setup(t, nil, engine.Options{BackoffBase: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	eng := engine.New(e.store, acquirer.NewClient(srv.URL, nil), e.eng.Options())
+	req := request(acquirer.TokenFailAfter)
+	fast := recovery.RescuerOptions{BackoffBase: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
+	if first, err := eng.Charge(t.Context(), "demo", "k", req); err != nil || first.Status != 202 {
+		t.Fatalf("first attempt: %d %s, %v; want 202 (captured, reply lost)", first.Status, first.Body, err)
+	}
+	time.Sleep(window + 100*time.Millisecond) // the acquirer forgets the reference
+	bare.Store(true)
+	res, err := recovery.NewRescuer(e.store, eng, fast).RunOnce(t.Context())
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	t.Logf("pass %+v; acquirer %+v", res, sim.Stats())
+	if n := sim.CapturedCount("demo", req.OrderID); n != 1 {
+		t.Fatalf("the intent was captured %d times, want 1: a bare 404 is not the acquirer saying it never saw the reference", n)
+	}
+	if res.Settled != 0 || res.Deferred != 1 {
+		t.Fatalf("RunOnce = %+v; want the record deferred while the lookup cannot be trusted", res)
+	}
+
+	bare.Store(false) // the acquirer answers again: recovery settles from its capture
+	time.Sleep(100 * time.Millisecond)
+	if res, err := recovery.NewRescuer(e.store, eng, fast).RunOnce(t.Context()); err != nil || res.Settled != 1 {
+		t.Fatalf("RunOnce after the proxy recovered = %+v, %v; want the record settled", res, err)
+	}
+	wantReplay(t, &env{store: e.store, eng: eng}, "k", req, 201)
+	if n := sim.CapturedCount("demo", req.OrderID); n != 1 {
+		t.Fatalf("the intent was captured %d times, want 1", n)
 	}
 }

@@ -31,7 +31,8 @@ func TestRefusedCaptureIsSettledDeclined(t *testing.T) {
 			_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": "Unprocessable", "status": 422, "detail": "merchant not enabled for this currency"})
 		default:
 			w.WriteHeader(http.StatusNotFound)
-			_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": "Not found", "status": 404})
+			// The simulator API's own "no capture under this reference".
+			_ = json.NewEncoder(w).Encode(map[string]any{"type": chargeonce.ProblemTypeBase + chargeonce.ENOTFOUND, "title": "Not found", "status": 404})
 		}
 	}))
 	t.Cleanup(srv.Close)

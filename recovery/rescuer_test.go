@@ -48,11 +48,11 @@ func (a *testAcquirer) Capture(ctx context.Context, req chargeonce.CaptureReques
 }
 
 // Lookup passes through, unless down.
-func (a *testAcquirer) Lookup(ctx context.Context, reference string) (chargeonce.CaptureResult, bool, error) {
+func (a *testAcquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
 	if a.down.Load() {
-		return chargeonce.CaptureResult{}, false, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+		return chargeonce.LookupResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
 	}
-	return a.next.Lookup(ctx, reference)
+	return a.next.Lookup(ctx, req)
 }
 
 // callsPer returns how many requests each reference got.

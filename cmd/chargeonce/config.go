@@ -15,6 +15,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/acquirer/stripe"
 	"github.com/chargeonce/chargeonce/postgres"
 	"github.com/chargeonce/chargeonce/sqlite"
 )
@@ -149,25 +150,73 @@ type acquirerFlags struct {
 	slow    time.Duration
 	latency time.Duration
 	window  time.Duration
+
+	stripeKeyFile   string
+	stripeAPIBase   string
+	stripeSearchLag time.Duration
+	stripeKeyWindow time.Duration
+	// getenv reads STRIPE_SECRET_KEY; os.Getenv when nil (tests replace it).
+	getenv func(string) string
 }
 
+// StripeKeyEnv is the environment variable --acquirer stripe reads its
+// secret key from, unless --stripe-key-file names a file holding it.
+const StripeKeyEnv = "STRIPE_SECRET_KEY"
+
 func (a *acquirerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.target, "acquirer", DefaultAcquirer, "`sim` for the in-process simulator, or the base URL of a remote acquirer")
+	fs.StringVar(&a.target, "acquirer", DefaultAcquirer, "`sim` for the in-process simulator, stripe for Stripe PaymentIntents, or the base URL of a remote acquirer")
 	a.registerTimeout(fs)
 	fs.DurationVar(&a.slow, "slow", DefaultSlow, "with --acquirer sim: how long tok_slow takes")
 	fs.DurationVar(&a.latency, "latency", 0, "with --acquirer sim: a delay added to every capture")
 	fs.DurationVar(&a.window, "idempotency-window", 0, "with --acquirer sim: how long the simulator remembers a reference; a repeated capture after that moves money again (0: forever)")
+	a.registerStripe(fs)
 }
 
 // registerRemote registers the flags of a command that must reach the
 // acquirer the charges were sent to: no simulator of its own.
 func (a *acquirerFlags) registerRemote(fs *flag.FlagSet) {
-	fs.StringVar(&a.target, "acquirer", "", "the base `URL` of the acquirer the charges were sent to, such as a chargeonce acquirer")
+	fs.StringVar(&a.target, "acquirer", "", "stripe, or the base `URL` of the acquirer the charges were sent to, such as a chargeonce acquirer")
 	a.registerTimeout(fs)
+	a.registerStripe(fs)
 }
 
 func (a *acquirerFlags) registerTimeout(fs *flag.FlagSet) {
 	fs.DurationVar(&a.timeout, "acquirer-timeout", 2*time.Second, "how long one acquirer call may take before its outcome counts as unknown")
+}
+
+func (a *acquirerFlags) registerStripe(fs *flag.FlagSet) {
+	fs.StringVar(&a.stripeKeyFile, "stripe-key-file", "", "with --acquirer stripe: a file holding the secret key (else $"+StripeKeyEnv+"); the key itself is never a flag")
+	fs.StringVar(&a.stripeAPIBase, "stripe-api-base", "", "with --acquirer stripe: the API's base URL (tests: stripe-mock); empty for Stripe's")
+	fs.DurationVar(&a.stripeSearchLag, "stripe-search-lag", stripe.DefaultSearchLag, "with --acquirer stripe: how long Stripe's search may lag behind a new PaymentIntent; a miss counts only for older references")
+	fs.DurationVar(&a.stripeKeyWindow, "stripe-key-window", stripe.DefaultKeyWindow, "with --acquirer stripe: how long after a reference was first sent a re-send with its Idempotency-Key is taken to replay (Stripe keeps keys 24h)")
+}
+
+// stripeKey returns the secret key from --stripe-key-file or
+// STRIPE_SECRET_KEY. Errors never contain the key.
+func (a *acquirerFlags) stripeKey() (string, error) {
+	if a.stripeKeyFile == "" {
+		getenv := a.getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		key := strings.TrimSpace(getenv(StripeKeyEnv))
+		if key == "" {
+			return "", fmt.Errorf("--acquirer stripe needs the secret key in $%s or a file named by --stripe-key-file", StripeKeyEnv)
+		}
+		return key, nil
+	}
+	if strings.HasPrefix(a.stripeKeyFile, "sk_") || strings.HasPrefix(a.stripeKeyFile, "rk_") {
+		return "", fmt.Errorf("--stripe-key-file takes the path of a file holding the key, not the key: a key on the command line shows in ps and shell history; put it in a file or $%s", StripeKeyEnv)
+	}
+	b, err := os.ReadFile(a.stripeKeyFile)
+	if err != nil {
+		return "", fmt.Errorf("--stripe-key-file: %w", err)
+	}
+	key := strings.TrimSpace(string(b))
+	if key == "" {
+		return "", fmt.Errorf("--stripe-key-file: %s is empty", a.stripeKeyFile)
+	}
+	return key, nil
 }
 
 // build returns the acquirer, and the simulator when it is in-process.
@@ -183,8 +232,23 @@ func (a *acquirerFlags) build() (chargeonce.Acquirer, *acquirer.Simulator, error
 		sim := acquirer.NewSimulator(opts)
 		return sim, sim, nil
 	}
+	if a.target == "stripe" {
+		key, err := a.stripeKey()
+		if err != nil {
+			return nil, nil, err
+		}
+		if a.stripeSearchLag <= 0 || a.stripeKeyWindow <= 0 {
+			return nil, nil, fmt.Errorf("--stripe-search-lag and --stripe-key-window must be positive; got %s and %s", a.stripeSearchLag, a.stripeKeyWindow)
+		}
+		st, err := stripe.New(stripe.Options{Key: key, APIBase: a.stripeAPIBase, SearchLag: a.stripeSearchLag, KeyWindow: a.stripeKeyWindow,
+			HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, nil, nil
+	}
 	if !strings.HasPrefix(a.target, "http://") && !strings.HasPrefix(a.target, "https://") {
-		return nil, nil, fmt.Errorf("--acquirer must be sim or an http(s):// URL; got %q", a.target)
+		return nil, nil, fmt.Errorf("--acquirer must be sim, stripe or an http(s):// URL; got %q", a.target)
 	}
 	return acquirer.NewClient(a.target, &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 256,

@@ -78,7 +78,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if acq.target == "" {
-		return fmt.Errorf("--acquirer: reconcile needs the URL of the acquirer the charges were sent to (such as a `chargeonce acquirer`)")
+		return fmt.Errorf("--acquirer: reconcile needs the acquirer the charges were sent to: stripe, or the URL of one (such as a `chargeonce acquirer`)")
 	}
 	if lease <= acq.timeout {
 		return fmt.Errorf("--lease (%s) must be longer than --acquirer-timeout (%s)", lease, acq.timeout)

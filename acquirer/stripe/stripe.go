@@ -1,0 +1,300 @@
+// Package stripe is a chargeonce.Acquirer for Stripe PaymentIntents, through
+// stripe-go.
+//
+// A capture creates and confirms a PaymentIntent in one request whose
+// Idempotency-Key is the charge reference, with the reference, the order and
+// the merchant in its metadata. Stripe keeps idempotency keys for about a
+// day and its Search is eventually consistent, so a lookup answers honestly
+// (see Acquirer.Lookup): a reference is called safe to send only when a
+// re-send cannot create a second PaymentIntent.
+//
+// This adapter does not run 3-D Secure customer authentication: a
+// PaymentIntent that requires action is a decline with
+// DeclineAuthenticationRequired.
+package stripe
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v82"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// Defaults of Options.
+const (
+	// DefaultKeyWindow is how long after a reference was first sent a
+	// re-send with the same Idempotency-Key is taken to replay the first
+	// answer. Stripe keeps keys for at least 24 hours; the hour less leaves
+	// room for clocks that disagree.
+	DefaultKeyWindow = 23 * time.Hour
+	// DefaultSearchLag is how long after its creation a PaymentIntent is
+	// taken to be visible to Search: usually under a minute, up to an hour
+	// during incidents (`--stripe-search-lag`).
+	DefaultSearchLag = time.Hour
+	// DefaultMaxNetworkRetries is how often stripe-go retries a request
+	// itself. Every request the adapter makes is a GET or a POST carrying
+	// the charge reference as its Idempotency-Key, so its retries are safe.
+	DefaultMaxNetworkRetries = 2
+)
+
+// Metadata keys of the PaymentIntents the adapter creates.
+const (
+	MetaReference = "chargeonce_reference"
+	MetaOrderID   = "order_id"
+	MetaMerchant  = "merchant"
+)
+
+// Decline codes of outcomes Stripe gives no decline_code for.
+const (
+	// DeclineAuthenticationRequired: the PaymentIntent requires customer
+	// action (3-D Secure), which this service does not run.
+	DeclineAuthenticationRequired = "authentication_required"
+	// DeclineCardError: a card error without a decline_code or code.
+	DeclineCardError = "card_declined"
+	// DeclineCanceled: the PaymentIntent was canceled.
+	DeclineCanceled = "canceled"
+)
+
+// Options configure an Acquirer.
+type Options struct {
+	// Key is the secret API key. Required.
+	Key string
+	// APIBase replaces https://api.stripe.com (tests: stripe-mock, the
+	// fake in stripetest).
+	APIBase string
+	// HTTPClient carries the requests; nil means a client without a
+	// timeout of its own (each call is bounded by its context).
+	HTTPClient *http.Client
+	// KeyWindow is DefaultKeyWindow when zero.
+	KeyWindow time.Duration
+	// SearchLag is DefaultSearchLag when zero.
+	SearchLag time.Duration
+	// MaxNetworkRetries is DefaultMaxNetworkRetries when nil.
+	MaxNetworkRetries *int64
+	// Now is time.Now when nil (tests).
+	Now func() time.Time
+}
+
+// Validate reports options that make no sense, naming the flag.
+func (o Options) Validate() error {
+	switch {
+	case o.Key == "":
+		return errors.New("--acquirer stripe needs a secret key: set STRIPE_SECRET_KEY or --stripe-key-file")
+	case o.KeyWindow < 0:
+		return fmt.Errorf("--stripe-key-window must not be negative; got %s", o.KeyWindow)
+	case o.SearchLag < 0:
+		return fmt.Errorf("--stripe-search-lag must not be negative; got %s", o.SearchLag)
+	}
+	return nil
+}
+
+// Acquirer captures charges as Stripe PaymentIntents.
+type Acquirer struct {
+	sc   *stripego.Client
+	opts Options
+}
+
+var _ chargeonce.Acquirer = (*Acquirer)(nil)
+
+// New returns an Acquirer, or the error of Options.Validate.
+func New(opts Options) (*Acquirer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.KeyWindow == 0 {
+		opts.KeyWindow = DefaultKeyWindow
+	}
+	if opts.SearchLag == 0 {
+		opts.SearchLag = DefaultSearchLag
+	}
+	if opts.MaxNetworkRetries == nil {
+		opts.MaxNetworkRetries = stripego.Int64(DefaultMaxNetworkRetries)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{}
+	}
+	cfg := &stripego.BackendConfig{
+		HTTPClient:        opts.HTTPClient,
+		MaxNetworkRetries: opts.MaxNetworkRetries,
+		// stripe-go's own log lines would bypass ours; errors reach the
+		// engine, which logs them.
+		LeveledLogger: &stripego.LeveledLogger{Level: stripego.LevelNull},
+	}
+	if opts.APIBase != "" {
+		cfg.URL = stripego.String(strings.TrimRight(opts.APIBase, "/"))
+	}
+	sc := stripego.NewClient(opts.Key, stripego.WithBackends(stripego.NewBackendsWithConfig(cfg)))
+	return &Acquirer{sc: sc, opts: opts}, nil
+}
+
+// Capture creates and confirms a PaymentIntent for req, with req.Reference
+// as its Idempotency-Key. See the package documentation for the outcomes.
+func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
+	params := &stripego.PaymentIntentCreateParams{
+		Amount:        stripego.Int64(req.AmountCents),
+		Currency:      stripego.String(strings.ToLower(req.Currency)),
+		PaymentMethod: stripego.String(req.PaymentToken),
+		Confirm:       stripego.Bool(true),
+		// Confirmed at once, without a return_url: payment methods that
+		// redirect the customer cannot complete here.
+		AutomaticPaymentMethods: &stripego.PaymentIntentCreateAutomaticPaymentMethodsParams{
+			Enabled:        stripego.Bool(true),
+			AllowRedirects: stripego.String(string(stripego.PaymentIntentAutomaticPaymentMethodsAllowRedirectsNever)),
+		},
+	}
+	params.SetIdempotencyKey(req.Reference)
+	params.AddMetadata(MetaReference, req.Reference)
+	params.AddMetadata(MetaOrderID, strconv.FormatInt(req.OrderID, 10))
+	params.AddMetadata(MetaMerchant, req.Merchant)
+	params.Context = ctx
+
+	pi, err := a.sc.V1PaymentIntents.Create(ctx, params)
+	if err != nil {
+		return captureError(req.Reference, err)
+	}
+	res, settled := result(req.Reference, pi)
+	if !settled {
+		return chargeonce.CaptureResult{}, fmt.Errorf("stripe: capturing %s: PaymentIntent %s is %s: the outcome is not known yet", req.Reference, pi.ID, pi.Status)
+	}
+	return res, nil
+}
+
+// captureError maps a failed create: a card error is a decline with
+// Stripe's decline_code; a 4xx that describes the request is a definite
+// refusal (chargeonce.ErrCaptureRejected); network errors, timeouts, 5xx,
+// 429, 409 and idempotency errors are unknown outcomes.
+func captureError(reference string, err error) (chargeonce.CaptureResult, error) {
+	se, ok := errors.AsType[*stripego.Error](err)
+	if !ok {
+		return chargeonce.CaptureResult{}, fmt.Errorf("stripe: capturing %s: %w", reference, err)
+	}
+	summary := fmt.Sprintf("stripe: capturing %s: %d %s %s: %s (request %s)", reference, se.HTTPStatusCode, se.Type, se.Code, se.Msg, se.RequestID)
+	switch {
+	case se.Type == stripego.ErrorTypeCard:
+		code := cmp.Or(string(se.DeclineCode), string(se.Code), DeclineCardError)
+		return chargeonce.CaptureResult{Reference: reference, Status: chargeonce.StatusDeclined, DeclineCode: code}, nil
+	case se.Type == stripego.ErrorTypeIdempotency:
+		return chargeonce.CaptureResult{}, errors.New(summary)
+	case rejected(se.HTTPStatusCode):
+		return chargeonce.CaptureResult{}, fmt.Errorf("%w: %s", chargeonce.ErrCaptureRejected, summary)
+	}
+	return chargeonce.CaptureResult{}, errors.New(summary)
+}
+
+// rejected reports whether a Stripe answer with status refuses the request
+// itself. 401 and 403 describe our key, 404 a wrong API base, 408, 409, 425
+// and 429 a transient state: fixed, the capture may go through, so those
+// stay unknown outcomes as they do for the simulator's client.
+func rejected(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusRequestTimeout,
+		http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
+}
+
+// result maps a PaymentIntent to a settled result; settled is false while
+// its outcome is still open (processing, or waiting for a confirmation the
+// adapter never sends).
+func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.CaptureResult, settled bool) {
+	res = chargeonce.CaptureResult{Reference: reference, Status: chargeonce.StatusDeclined}
+	switch pi.Status {
+	case stripego.PaymentIntentStatusSucceeded:
+		res.Status = chargeonce.StatusCaptured
+	case stripego.PaymentIntentStatusRequiresAction:
+		res.DeclineCode = DeclineAuthenticationRequired
+	case stripego.PaymentIntentStatusCanceled:
+		res.DeclineCode = DeclineCanceled
+	case stripego.PaymentIntentStatusRequiresPaymentMethod:
+		// Confirmed and failed: its last error says why.
+		res.DeclineCode = DeclineCardError
+		if e := pi.LastPaymentError; e != nil {
+			res.DeclineCode = cmp.Or(string(e.DeclineCode), string(e.Code), DeclineCardError)
+		}
+	default:
+		return chargeonce.CaptureResult{}, false
+	}
+	return res, true
+}
+
+// Lookup implements chargeonce.Acquirer honestly.
+//
+// While the reference is younger than KeyWindow (from req.FirstSent),
+// Stripe still holds its Idempotency-Key, so a re-send returns the first
+// answer (or creates the only PaymentIntent): LookupSafeToSend, without a
+// request. After that it searches PaymentIntents by the reference in their
+// metadata: a PaymentIntent found settles it (LookupFound), or leaves it
+// LookupUnsure while its outcome is open. Search is eventually consistent,
+// so a miss is LookupSafeToSend only for references older than SearchLag,
+// else LookupUnsure.
+func (a *Acquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	now := a.opts.Now()
+	known := !req.FirstSent.IsZero()
+	age := now.Sub(req.FirstSent)
+	if known && age < a.opts.KeyWindow {
+		return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend,
+			Reason: "within Stripe's idempotency-key window: a re-send with the same key replays the first answer"}, nil
+	}
+	params := &stripego.PaymentIntentSearchParams{}
+	params.Query = fmt.Sprintf("metadata['%s']:'%s'", MetaReference, quote(req.Reference))
+	params.Context = ctx
+	var found []*stripego.PaymentIntent
+	for pi, err := range a.sc.V1PaymentIntents.Search(ctx, params) {
+		if err != nil {
+			return chargeonce.LookupResult{}, fmt.Errorf("stripe: searching PaymentIntents of %s: %w", req.Reference, err)
+		}
+		if pi.Metadata[MetaReference] == req.Reference {
+			found = append(found, pi)
+		}
+	}
+	if len(found) > 0 {
+		return pick(req.Reference, found), nil
+	}
+	if known && age >= a.opts.SearchLag {
+		return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend,
+			Reason: "no PaymentIntent found, and the reference is older than the search lag"}, nil
+	}
+	lr := chargeonce.LookupResult{Reason: "no PaymentIntent found yet, but Stripe's search may lag behind a recent one"}
+	if known {
+		lr.RetryAfter = a.opts.SearchLag - age
+	}
+	return lr, nil
+}
+
+// pick settles a reference from its PaymentIntents: a succeeded one wins
+// (money moved), then one whose outcome is open (unsure), then a decline.
+func pick(reference string, pis []*stripego.PaymentIntent) chargeonce.LookupResult {
+	var open, declined []chargeonce.LookupResult
+	for _, pi := range pis {
+		res, settled := result(reference, pi)
+		switch {
+		case res.Status == chargeonce.StatusCaptured:
+			return chargeonce.LookupResult{Status: chargeonce.LookupFound, Result: res, Reason: "PaymentIntent " + pi.ID}
+		case !settled:
+			open = append(open, chargeonce.LookupResult{Reason: fmt.Sprintf("PaymentIntent %s is %s", pi.ID, pi.Status)})
+		default:
+			declined = append(declined, chargeonce.LookupResult{Status: chargeonce.LookupFound, Result: res, Reason: "PaymentIntent " + pi.ID})
+		}
+	}
+	if len(open) > 0 {
+		return open[0]
+	}
+	return declined[0]
+}
+
+// quote escapes a value for a Stripe Search query string literal.
+func quote(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s)
+}

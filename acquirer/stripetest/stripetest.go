@@ -1,0 +1,347 @@
+// Package stripetest is a small stateful fake of the Stripe PaymentIntents
+// endpoints chargeonce's Stripe adapter uses: create (and confirm) with
+// Idempotency-Key replay and expiry, search by metadata with a configurable
+// lag, card errors, requires_action, and faults before and after the
+// PaymentIntent is committed. Unlike stripe-mock, which checks the shape of
+// requests, it remembers what it created, so tests can count PaymentIntents
+// per reference: more than one succeeded for a reference is a double charge.
+//
+// # Payment methods
+//
+//	pm_card_visa (and any not listed)          succeeded
+//	pm_card_visa_chargeDeclinedInsufficientFunds  card_error, decline_code insufficient_funds
+//	pm_card_chargeDeclined                     card_error, decline_code generic_decline
+//	pm_card_authenticationRequired             requires_action (3-D Secure)
+//	pm_fail_before                             500, nothing created, key not kept
+//	pm_fail_after                              created and succeeded, then 500 (the answer is lost);
+//	                                           the key keeps the success, as Stripe's does
+//	pm_drop_after                              created and succeeded, then the connection is cut
+//	                                           without an answer (the key keeps the success)
+//	pm_rate_limited                            429, nothing created
+//	pm_invalid                                 400 invalid_request_error, nothing created
+//
+// The faults strike only the first request for a reference, like a transient
+// outage; later requests behave as pm_card_visa would.
+package stripetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The test payment methods; see the package documentation.
+const (
+	PMOK                  = "pm_card_visa"
+	PMInsufficientFunds   = "pm_card_visa_chargeDeclinedInsufficientFunds"
+	PMDeclined            = "pm_card_chargeDeclined"
+	PMAuthRequired        = "pm_card_authenticationRequired"
+	PMFailBefore          = "pm_fail_before"
+	PMFailAfter           = "pm_fail_after"
+	PMDropAfter           = "pm_drop_after"
+	PMRateLimited         = "pm_rate_limited"
+	PMInvalid             = "pm_invalid"
+	DeclineInsufficient   = "insufficient_funds"
+	DeclineGenericDecline = "generic_decline"
+)
+
+// Options configure a Fake. Zero durations mean: keys never expire, search
+// sees everything at once.
+type Options struct {
+	// Key is the secret key requests must carry (Bearer); empty accepts any.
+	Key string
+	// KeyTTL is how long an Idempotency-Key is kept after its first use.
+	KeyTTL time.Duration
+	// SearchLag is how long a new PaymentIntent stays invisible to search.
+	SearchLag time.Duration
+}
+
+// PaymentIntent is the fake's record of one PaymentIntent.
+type PaymentIntent struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Amount        int64             `json:"amount"`
+	Currency      string            `json:"currency"`
+	Status        string            `json:"status"`
+	PaymentMethod string            `json:"payment_method"`
+	Metadata      map[string]string `json:"metadata"`
+	Created       int64             `json:"created"`
+	LastError     *apiError         `json:"last_payment_error"`
+	createdAt     time.Time
+}
+
+type apiError struct {
+	Type        string `json:"type"`
+	Code        string `json:"code,omitempty"`
+	DeclineCode string `json:"decline_code,omitempty"`
+	Message     string `json:"message"`
+	Param       string `json:"param,omitempty"`
+	// PaymentIntent is set on card errors, as Stripe does.
+	PaymentIntent *PaymentIntent `json:"payment_intent,omitempty"`
+}
+
+type savedAnswer struct {
+	params string
+	status int
+	body   []byte
+	since  time.Time
+}
+
+// Request is one request the fake received, for tests that check what the
+// adapter sent (its retries must keep the Idempotency-Key).
+type Request struct {
+	Method, Path, IdempotencyKey string
+	Form                         url.Values
+}
+
+// Fake is the fake Stripe API; serve it with httptest.NewServer. It is safe
+// for concurrent use.
+type Fake struct {
+	opts Options
+
+	mu       sync.Mutex
+	intents  []*PaymentIntent
+	keys     map[string]*savedAnswer
+	inflight map[string]bool
+	seen     map[string]int // create requests per reference (faults strike the first)
+	requests []Request
+}
+
+// New returns a Fake.
+func New(opts Options) *Fake {
+	return &Fake{opts: opts, keys: map[string]*savedAnswer{}, inflight: map[string]bool{}, seen: map[string]int{}}
+}
+
+// ServeHTTP implements http.Handler.
+func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.opts.Key != "" && r.Header.Get("Authorization") != "Bearer "+f.opts.Key {
+		writeError(w, http.StatusUnauthorized, apiError{Type: "invalid_request_error", Message: "Invalid API Key provided"})
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+		return
+	}
+	f.mu.Lock()
+	f.requests = append(f.requests, Request{Method: r.Method, Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.Form})
+	f.mu.Unlock()
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+		f.create(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
+		f.search(w, r)
+	default:
+		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Message: "Unrecognized request URL"})
+	}
+}
+
+func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
+	form := r.PostForm
+	key := r.Header.Get("Idempotency-Key")
+	params := form.Encode()
+	now := time.Now()
+
+	f.mu.Lock()
+	if key != "" {
+		if a := f.keys[key]; a != nil && f.opts.KeyTTL > 0 && now.Sub(a.since) > f.opts.KeyTTL {
+			delete(f.keys, key) // Stripe has forgotten the key
+		}
+		if a := f.keys[key]; a != nil {
+			f.mu.Unlock()
+			if a.params != params {
+				writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
+					Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
+				return
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			writeRaw(w, a.status, a.body)
+			return
+		}
+		if f.inflight[key] {
+			f.mu.Unlock()
+			writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Code: "idempotency_key_in_use",
+				Message: "There is currently another in-progress request using this Stripe-Idempotency-Key."})
+			return
+		}
+		f.inflight[key] = true
+		defer func() {
+			f.mu.Lock()
+			delete(f.inflight, key)
+			f.mu.Unlock()
+		}()
+	}
+	amount, _ := strconv.ParseInt(form.Get("amount"), 10, 64)
+	pm := form.Get("payment_method")
+	ref := form.Get("metadata[chargeonce_reference]")
+	f.seen[ref]++
+	if f.seen[ref] > 1 && (pm == PMFailBefore || pm == PMFailAfter || pm == PMDropAfter || pm == PMRateLimited) {
+		pm = PMOK
+	}
+	save := func(status int, body []byte) {
+		if key != "" {
+			f.keys[key] = &savedAnswer{params: params, status: status, body: body, since: now}
+		}
+	}
+	switch pm {
+	case PMFailBefore:
+		f.mu.Unlock()
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "injected fault before commit"})
+		return
+	case PMRateLimited:
+		f.mu.Unlock()
+		writeError(w, http.StatusTooManyRequests, apiError{Type: "invalid_request_error", Code: "rate_limit", Message: "Too many requests"})
+		return
+	case PMInvalid:
+		f.mu.Unlock()
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "payment_method", Message: "No such PaymentMethod: 'pm_invalid'"})
+		return
+	}
+	if amount <= 0 || form.Get("currency") == "" || form.Get("confirm") != "true" {
+		f.mu.Unlock()
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_missing", Message: "amount, currency and confirm=true are required"})
+		return
+	}
+	pi := &PaymentIntent{
+		ID:            fmt.Sprintf("pi_fake%06d", len(f.intents)+1),
+		Object:        "payment_intent",
+		Amount:        amount,
+		Currency:      form.Get("currency"),
+		PaymentMethod: pm,
+		Metadata:      map[string]string{},
+		Created:       now.Unix(),
+		createdAt:     now,
+	}
+	for k, v := range form {
+		if name, ok := strings.CutPrefix(k, "metadata["); ok {
+			pi.Metadata[strings.TrimSuffix(name, "]")] = v[0]
+		}
+	}
+	f.intents = append(f.intents, pi)
+	status := http.StatusOK
+	var answer any
+	switch pm {
+	case PMInsufficientFunds, PMDeclined:
+		code := DeclineGenericDecline
+		if pm == PMInsufficientFunds {
+			code = DeclineInsufficient
+		}
+		pi.Status = "requires_payment_method"
+		pi.LastError = &apiError{Type: "card_error", Code: "card_declined", DeclineCode: code, Message: "Your card was declined."}
+		e := *pi.LastError
+		cp := *pi
+		e.PaymentIntent = &cp
+		status, answer = http.StatusPaymentRequired, map[string]any{"error": e}
+	case PMAuthRequired:
+		pi.Status = "requires_action"
+		answer = pi
+	default:
+		pi.Status = "succeeded"
+		answer = pi
+	}
+	body, _ := json.Marshal(answer)
+	save(status, body)
+	f.mu.Unlock()
+	switch pm {
+	case PMFailAfter:
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "injected fault after commit"})
+		return
+	case PMDropAfter:
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+		panic(http.ErrAbortHandler)
+	}
+	writeRaw(w, status, body)
+}
+
+var queryRE = regexp.MustCompile(`^metadata\['([^']+)'\]:'((?:[^'\\]|\\.)*)'$`)
+
+func (f *Fake) search(w http.ResponseWriter, r *http.Request) {
+	m := queryRE.FindStringSubmatch(r.Form.Get("query"))
+	if m == nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Param: "query", Message: "the fake understands only metadata['k']:'v'"})
+		return
+	}
+	name, value := m[1], strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(m[2])
+	now := time.Now()
+	f.mu.Lock()
+	data := []*PaymentIntent{}
+	for _, pi := range f.intents {
+		if pi.Metadata[name] == value && now.Sub(pi.createdAt) >= f.opts.SearchLag {
+			cp := *pi
+			data = append(data, &cp)
+		}
+	}
+	f.mu.Unlock()
+	body, _ := json.Marshal(map[string]any{"object": "search_result", "url": "/v1/payment_intents/search", "has_more": false, "data": data})
+	writeRaw(w, http.StatusOK, body)
+}
+
+// Intents returns every PaymentIntent created, oldest first.
+func (f *Fake) Intents() []PaymentIntent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]PaymentIntent, len(f.intents))
+	for i, pi := range f.intents {
+		out[i] = *pi
+	}
+	return out
+}
+
+// Succeeded returns, per chargeonce reference, how many PaymentIntents
+// succeeded: any count above one is a double charge.
+func (f *Fake) Succeeded() map[string]int {
+	out := map[string]int{}
+	for _, pi := range f.Intents() {
+		if pi.Status == "succeeded" {
+			out[pi.Metadata["chargeonce_reference"]]++
+		}
+	}
+	return out
+}
+
+// Duplicates returns the references with more than one PaymentIntent.
+func (f *Fake) Duplicates() []string {
+	per := map[string]int{}
+	for _, pi := range f.Intents() {
+		per[pi.Metadata["chargeonce_reference"]]++
+	}
+	var out []string
+	for ref, n := range per {
+		if n > 1 {
+			out = append(out, ref)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Requests returns every request received, in order.
+func (f *Fake) Requests() []Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.requests)
+}
+
+func writeError(w http.ResponseWriter, status int, e apiError) {
+	if status == http.StatusConflict || status == http.StatusTooManyRequests {
+		w.Header().Set("Stripe-Should-Retry", "false") // the test decides, not stripe-go
+	}
+	body, _ := json.Marshal(map[string]any{"error": e})
+	writeRaw(w, status, body)
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_fake")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
