@@ -351,7 +351,9 @@ func (w *Worker) poison(ctx context.Context, msg jetstream.Msg, merchant, key st
 	return OutcomePoison
 }
 
-// deadLetter copies the request, headers and body, to charges.dead.
+// deadLetter copies the request, headers and body, to charges.dead. A body
+// over DeadMaxBody is cut to it (HeaderDeadTruncated says so), so a huge
+// poison message cannot fill the results stream.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, merchant string, seq uint64, reason string) error {
 	d := nats.NewMsg(DeadSubject(merchant))
 	for k, vs := range msg.Headers() {
@@ -364,6 +366,10 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, merchant str
 	d.Header.Set(HeaderRequestSeq, strconv.FormatUint(seq, 10))
 	d.Header.Set(jetstream.MsgIDHeader, "dead-"+strconv.FormatUint(seq, 10))
 	d.Data = msg.Data()
+	if len(d.Data) > DeadMaxBody {
+		d.Header.Set(HeaderDeadTruncated, strconv.Itoa(len(d.Data)))
+		d.Data = d.Data[:DeadMaxBody]
+	}
 	if err := publish(ctx, w.js, d); err != nil {
 		return err
 	}
