@@ -113,6 +113,19 @@ func RequestMsgID(merchant, key, send string) string {
 	return merchant + ":" + key + ":" + send
 }
 
+// DetectReplicas is how many replicas the streams should have on the
+// deployment nc is connected to: 3 on a JetStream cluster of three or more
+// servers (a node may fail, or be upgraded, with no acknowledged message
+// lost), 1 on a single server. A single server keeps acknowledged
+// messages through a power loss only with sync_interval: always (see
+// docs/queue.md).
+func DetectReplicas(nc *nats.Conn) int {
+	if nc.ConnectedClusterName() == "" || len(nc.Servers()) < 3 {
+		return 1
+	}
+	return 3
+}
+
 // StreamOptions configure EnsureStreams. Zero fields take the defaults.
 type StreamOptions struct {
 	// Replicas of each stream (1 on a single server; 3 in a cluster).
