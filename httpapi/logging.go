@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"time"
@@ -36,7 +34,7 @@ const overloadedCode = "overloaded"
 // KeyHashLen is how many hex digits of SHA-256(merchant, key) a request
 // line carries: enough to follow one intent's attempts through the logs,
 // never the key itself.
-const KeyHashLen = 12
+const KeyHashLen = idempotency.KeyHashLen
 
 // LogRequests wraps next so that every request is logged once, when it
 // ends, at Info (5xx at Warn) with: method, route (the pattern that served
@@ -87,13 +85,8 @@ func LogRequests(log *slog.Logger, next http.Handler) http.Handler {
 // digits of SHA-256 over the merchant and the (parsed) key, so the bare and
 // the quoted spelling of one key hash alike, and one key of two merchants
 // (two intents) hashes apart.
-func KeyHash(merchant, key string) string {
-	h := sha256.New()
-	h.Write([]byte(merchant))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	return hex.EncodeToString(h.Sum(nil))[:KeyHashLen]
-}
+// The worker logs the same hash (idempotency.KeyHash).
+func KeyHash(merchant, key string) string { return idempotency.KeyHash(merchant, key) }
 
 // outcome names what a request came to, from its status, the replay flag
 // and the error code its handler wrote (if any).

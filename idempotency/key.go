@@ -5,6 +5,7 @@ package idempotency
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"time"
 
@@ -123,4 +124,22 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
 	return hex.EncodeToString(b)
+}
+
+// KeyHashLen is how many hex digits of SHA-256(merchant, key) KeyHash
+// gives: enough to follow one intent's attempts through the logs, never the
+// key itself.
+const KeyHashLen = 12
+
+// KeyHash is how logs name an idempotency key (serve's request lines, the
+// worker's warnings): the first KeyHashLen hex digits of SHA-256 over the
+// merchant and the parsed key, so the bare and the quoted spelling of one
+// key hash alike, and one key of two merchants (two intents) hashes apart.
+// The key itself is never logged: it replays the intent's stored answer.
+func KeyHash(merchant, key string) string {
+	h := sha256.New()
+	h.Write([]byte(merchant))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return hex.EncodeToString(h.Sum(nil))[:KeyHashLen]
 }

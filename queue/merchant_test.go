@@ -93,3 +93,36 @@ func TestMsgIDNotSharedAcrossMerchants(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamsBoundedDeadLetterTruncated (issue 17.7): both streams have
+// limits, and a huge poison message is copied to charges.dead truncated to
+// 64 KiB, with a header giving its original size.
+func TestStreamsBoundedDeadLetterTruncated(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.worker(queue.WorkerOptions{})
+	for _, name := range []string{queue.RequestStream, queue.ResultStream} {
+		s, err := e.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := s.CachedInfo().Config
+		t.Logf("%s: MaxBytes %d, MaxAge %s, MaxMsgSize %d, Discard %s", name, c.MaxBytes, c.MaxAge, c.MaxMsgSize, c.Discard)
+		if c.MaxBytes <= 0 || c.MaxAge <= 0 || c.MaxMsgSize <= 0 {
+			t.Errorf("%s is unbounded: MaxBytes %d, MaxAge %s, MaxMsgSize %d", name, c.MaxBytes, c.MaxAge, c.MaxMsgSize)
+		}
+	}
+	const size = 900_000
+	huge := `{"order_id": 1, "description": "` + strings.Repeat("x", size) + `"}`
+	e.send("huge", huge[:size], "")
+	var dead []stored
+	apitest.Eventually(t, 20*time.Second, "the dead letter", func() bool {
+		dead = messages(t, e.js, queue.DeadSubject(merchant))
+		return len(dead) == 1
+	})
+	d := dead[0]
+	if len(d.body) != queue.DeadMaxBody || d.header.Get(queue.HeaderDeadTruncated) != fmt.Sprint(size) || string(d.body) != huge[:queue.DeadMaxBody] {
+		t.Fatalf("dead letter of %d bytes, %s=%q; want the first %d bytes and the original size %d", len(d.body), queue.HeaderDeadTruncated, d.header.Get(queue.HeaderDeadTruncated), queue.DeadMaxBody, size)
+	}
+	consumerDrained(t, e.js, queue.DefaultDurable, 10*time.Second)
+}

@@ -48,16 +48,38 @@ const (
 	// slug of its 400 (validation-failed, missing-idempotency-key, …) or
 	// max-deliveries.
 	HeaderDeadReason = "Chargeonce-Dead-Reason"
+	// HeaderDeadTruncated is on a dead-letter copy whose body was cut to
+	// DeadMaxBody bytes: the original body's size in bytes.
+	HeaderDeadTruncated = "Chargeonce-Dead-Truncated"
 	// HeaderRequestSeq names the request's sequence in RequestStream, on
 	// results that answer one message rather than the intent (400, 422) and
 	// on dead-letter copies.
 	HeaderRequestSeq = "Chargeonce-Request-Seq"
 )
 
-// Defaults of StreamOptions.
+// DeadMaxBody bounds the body of a dead-letter copy: a request's body
+// beyond it (no valid request is that large: POST /v1/charges refuses more
+// than 64 KiB) is cut off, and HeaderDeadTruncated gives its size.
+const DeadMaxBody = 64 << 10
+
+// Defaults of StreamOptions. Both streams are bounded in age, bytes and
+// message size. CHARGES refuses new requests when full (DiscardNew: the
+// producer's publish fails and it retries later) rather than dropping
+// requests nobody has answered; CHARGE_RESULTS drops its oldest results.
 const (
 	DefaultRequestMaxAge = 24 * time.Hour
 	DefaultResultMaxAge  = 7 * 24 * time.Hour
+	// DefaultRequestMaxBytes and DefaultResultMaxBytes bound each stream's
+	// storage (on every replica).
+	DefaultRequestMaxBytes = 1 << 30
+	DefaultResultMaxBytes  = 1 << 30
+	// DefaultRequestMaxMsgSize admits an oversized request (NATS's own
+	// default max_payload is 1 MiB) so that it is answered 413 and
+	// dead-lettered, truncated, rather than refused unseen.
+	DefaultRequestMaxMsgSize = 1 << 20
+	// DefaultResultMaxMsgSize fits every result (a charge object or a
+	// problem) and every dead-letter copy (DeadMaxBody and its headers).
+	DefaultResultMaxMsgSize = DeadMaxBody + 64<<10
 	// DefaultDuplicates is JetStream's duplicate window on the results
 	// stream, whose message ids are chargeonce's own (scoped by merchant):
 	// it keeps one copy of an answer published twice (by the outbox and a
@@ -91,6 +113,19 @@ func RequestMsgID(merchant, key, send string) string {
 	return merchant + ":" + key + ":" + send
 }
 
+// DetectReplicas is how many replicas the streams should have on the
+// deployment nc is connected to: 3 on a JetStream cluster of three or more
+// servers (a node may fail, or be upgraded, with no acknowledged message
+// lost), 1 on a single server. A single server keeps acknowledged
+// messages through a power loss only with sync_interval: always (see
+// docs/queue.md).
+func DetectReplicas(nc *nats.Conn) int {
+	if nc.ConnectedClusterName() == "" || len(nc.Servers()) < 3 {
+		return 1
+	}
+	return 3
+}
+
 // StreamOptions configure EnsureStreams. Zero fields take the defaults.
 type StreamOptions struct {
 	// Replicas of each stream (1 on a single server; 3 in a cluster).
@@ -101,6 +136,9 @@ type StreamOptions struct {
 	Duplicates time.Duration
 	// RequestDuplicates is the requests stream's duplicate window.
 	RequestDuplicates time.Duration
+	// RequestMaxBytes and ResultMaxBytes bound each stream's storage.
+	RequestMaxBytes int64
+	ResultMaxBytes  int64
 }
 
 // EnsureStreams creates both streams, or updates them to this
@@ -121,6 +159,12 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 	if o.RequestDuplicates <= 0 {
 		o.RequestDuplicates = DefaultRequestDuplicates
 	}
+	if o.RequestMaxBytes <= 0 {
+		o.RequestMaxBytes = DefaultRequestMaxBytes
+	}
+	if o.ResultMaxBytes <= 0 {
+		o.ResultMaxBytes = DefaultResultMaxBytes
+	}
 	for _, cfg := range []jetstream.StreamConfig{{
 		Name:        RequestStream,
 		Description: "chargeonce charge requests",
@@ -128,6 +172,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.Replicas,
 		MaxAge:      o.RequestMaxAge,
+		MaxBytes:    o.RequestMaxBytes,
+		MaxMsgSize:  DefaultRequestMaxMsgSize,
+		Discard:     jetstream.DiscardNew,
 		Duplicates:  o.RequestDuplicates,
 	}, {
 		Name:        ResultStream,
@@ -136,6 +183,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.Replicas,
 		MaxAge:      o.ResultMaxAge,
+		MaxBytes:    o.ResultMaxBytes,
+		MaxMsgSize:  DefaultResultMaxMsgSize,
+		Discard:     jetstream.DiscardOld,
 		Duplicates:  o.Duplicates,
 	}} {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {

@@ -254,7 +254,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		r := Result{Merchant: merchant, Key: key, Status: resp.Status, Body: resp.Body, Replayed: resp.Replayed}
 		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
 			// Stored, but not published: the redelivery replays it.
-			w.log.Warn("publishing a result failed; the request will be redelivered", "merchant", merchant, "key", key, "err", perr)
+			w.log.Warn("publishing a result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
 			w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
 			return OutcomeError, redelivered
 		}
@@ -274,7 +274,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		status, body := httpapi.Problem(err)
 		r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
 		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
-			w.log.Warn("publishing a 422 result failed; the request will be redelivered", "merchant", merchant, "key", key, "err", perr)
+			w.log.Warn("publishing a 422 result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
 			w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
 			return OutcomeError, redelivered
 		}
@@ -284,14 +284,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		// 5xx: nothing was stored (the engine released the key, or never
 		// wrote it), so the request is simply tried again later.
 		if last {
-			w.log.Error("charge request still failing at its last delivery; dead-lettered", "merchant", merchant, "key", key, "seq", seq, "err", err)
+			w.log.Error("charge request still failing at its last delivery; dead-lettered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "err", err)
 			if derr := w.deadLetter(wctx, msg, merchant, seq, "max-deliveries"); derr != nil {
 				w.log.Error("dead-lettering failed", "seq", seq, "err", derr)
 			}
 			w.settle(msg, msg.Term, seq)
 			return OutcomeGaveUp, redelivered
 		}
-		w.log.Warn("charge request failed; redelivering later", "merchant", merchant, "key", key, "seq", seq, "err", err)
+		w.log.Warn("charge request failed; redelivering later", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "err", err)
 		w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
 		return OutcomeError, redelivered
 	}
@@ -305,7 +305,7 @@ func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchan
 	nak := func() error { return msg.NakWithDelay(time.Second) }
 	flagged, err := w.store.KeyNotify(ctx, merchant, key)
 	if err != nil {
-		w.log.Warn("flagging a record for the outbox failed; the request will be redelivered", "merchant", merchant, "key", key, "err", err)
+		w.log.Warn("flagging a record for the outbox failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", err)
 		w.settle(msg, nak, seq)
 		return OutcomeError
 	}
@@ -322,7 +322,7 @@ func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchan
 	}
 	r := Result{Merchant: merchant, Key: key, Status: rec.ResponseStatus, Body: rec.ResponseBody}
 	if err := publish(ctx, w.js, r.Msg()); err != nil {
-		w.log.Warn("publishing a settled result failed; the request will be redelivered", "merchant", merchant, "key", key, "err", err)
+		w.log.Warn("publishing a settled result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", err)
 		w.settle(msg, nak, seq)
 		return OutcomeError
 	}
@@ -351,7 +351,9 @@ func (w *Worker) poison(ctx context.Context, msg jetstream.Msg, merchant, key st
 	return OutcomePoison
 }
 
-// deadLetter copies the request, headers and body, to charges.dead.
+// deadLetter copies the request, headers and body, to charges.dead. A body
+// over DeadMaxBody is cut to it (HeaderDeadTruncated says so), so a huge
+// poison message cannot fill the results stream.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, merchant string, seq uint64, reason string) error {
 	d := nats.NewMsg(DeadSubject(merchant))
 	for k, vs := range msg.Headers() {
@@ -364,6 +366,10 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, merchant str
 	d.Header.Set(HeaderRequestSeq, strconv.FormatUint(seq, 10))
 	d.Header.Set(jetstream.MsgIDHeader, "dead-"+strconv.FormatUint(seq, 10))
 	d.Data = msg.Data()
+	if len(d.Data) > DeadMaxBody {
+		d.Header.Set(HeaderDeadTruncated, strconv.Itoa(len(d.Data)))
+		d.Data = d.Data[:DeadMaxBody]
+	}
 	if err := publish(ctx, w.js, d); err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&c.outboxEvery, "outbox-every", queue.DefaultOutboxEvery, "how often the outbox of settled results is drained")
 	fs.IntVar(&c.maxDeliver, "max-deliver", queue.DefaultMaxDeliver, "deliveries of one request before it is given up (dead-lettered, or left to the outbox when in flight elsewhere)")
 	fs.IntVar(&c.concurrency, "concurrency", queue.DefaultConcurrency, "requests handled at once")
-	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the CHARGES and CHARGE_RESULTS streams (3 in a JetStream cluster)")
+	fs.IntVar(&c.replicas, "replicas", 0, "replicas of the CHARGES and CHARGE_RESULTS streams; 0: 3 on a JetStream cluster of three or more servers, else 1")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,10 +47,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%s must be positive; got %s", name, d)
 		}
 	}
-	for name, n := range map[string]int{"--max-deliver": c.maxDeliver, "--concurrency": c.concurrency, "--replicas": c.replicas} {
+	for name, n := range map[string]int{"--max-deliver": c.maxDeliver, "--concurrency": c.concurrency} {
 		if n <= 0 {
 			return fmt.Errorf("%s must be positive; got %d", name, n)
 		}
+	}
+	if c.replicas < 0 {
+		return fmt.Errorf("--replicas must be 0 (detect) or positive; got %d", c.replicas)
 	}
 	if c.ackWait <= c.acq.timeout {
 		return fmt.Errorf("--ack-wait (%s) must be longer than --acquirer-timeout (%s): otherwise every slow capture is redelivered while it runs", c.ackWait, c.acq.timeout)
@@ -79,6 +82,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("--nats: %w", err)
+	}
+	if c.replicas == 0 {
+		c.replicas = queue.DetectReplicas(nc)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = queue.EnsureStreams(sctx, js, queue.StreamOptions{Replicas: c.replicas})
@@ -113,7 +119,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("--nats: %w", err)
 	}
 	log.Info("chargeonce worker consuming", "nats", nc.ConnectedUrlRedacted(), "stream", queue.RequestStream,
-		"consumer", c.durable, "db", redactURL(c.db), "acquirer", c.acq.target)
+		"consumer", c.durable, "replicas", c.replicas, "db", redactURL(c.db), "acquirer", c.acq.target)
 	<-ctx.Done()
 	log.Info("shutting down")
 	worker.Stop()

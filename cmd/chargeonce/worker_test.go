@@ -152,3 +152,45 @@ func TestWorkerAndPublishBadConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerStreamsOnClusterR3 (issue 18.9): on a JetStream cluster the
+// worker creates both streams with three replicas and file storage without
+// being told (--replicas 0, the default, detects the deployment).
+func TestWorkerStreamsOnClusterR3(t *testing.T) {
+	t.Parallel()
+	cluster := natstest.StartCluster(t, 3)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "q.db")
+	ctx, cancel := context.WithCancel(context.Background())
+	var werr apitest.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Main(ctx, []string{"worker", "--nats", cluster.URL(), "--db", db}, &apitest.Buffer{}, &werr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	apitest.Eventually(t, 30*time.Second, "the worker to start", func() bool {
+		return strings.Contains(werr.String(), "chargeonce worker consuming")
+	})
+	nc, err := nats.Connect(cluster.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{queue.RequestStream, queue.ResultStream} {
+		s, err := js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := s.CachedInfo().Config; c.Replicas != 3 || c.Storage != jetstream.FileStorage {
+			t.Fatalf("%s: %d replicas, storage %s; want 3 on file", name, c.Replicas, c.Storage)
+		}
+	}
+}
