@@ -52,7 +52,7 @@ func seedKeys(t testing.TB, conn *pgx.Conn, n int) {
 
 // TestMigrateOnline migrates a table of a million records written under
 // 0001 to the latest schema while a reader looks records up every 10 ms, as
-// traffic does: no lookup may wait more than 100 ms. A migration that scans
+// traffic does: no lookup may wait more than 100 ms for a lock. A migration that scans
 // the table under an exclusive lock (an UPDATE in the transaction of an
 // ALTER TABLE) blocks every reader for the whole scan.
 func TestMigrateOnline(t *testing.T) {
@@ -79,6 +79,12 @@ func TestMigrateOnline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reader.Close(context.Background())
+	// A read that waits longer than maxStall for a lock fails (55P03): a
+	// stall the migration causes, told apart from a slow read on a loaded
+	// machine, whose time is only logged.
+	if _, err := reader.Exec(ctx, "SET lock_timeout = '"+strconv.Itoa(int(maxStall.Milliseconds()))+"ms'"); err != nil {
+		t.Fatal(err)
+	}
 	var (
 		wg    sync.WaitGroup
 		waits []time.Duration
@@ -125,7 +131,7 @@ func TestMigrateOnline(t *testing.T) {
 		t.Fatalf("Migrate: %v", err)
 	}
 	if rerr != nil {
-		t.Fatalf("probing during Migrate: %v", rerr)
+		t.Fatalf("a lookup during Migrate: %v; want none blocked by a lock for %v", rerr, maxStall)
 	}
 	slices.Sort(waits)
 	if len(waits) == 0 {
@@ -135,7 +141,5 @@ func TestMigrateOnline(t *testing.T) {
 	t.Logf("Migrate of %d records took %v; %d lookups: median %v, p99 %v, max %v",
 		rows, took.Round(time.Millisecond), len(waits), waits[len(waits)/2].Round(time.Microsecond),
 		waits[len(waits)*99/100].Round(time.Microsecond), worst.Round(time.Microsecond))
-	if worst >= maxStall {
-		t.Errorf("a lookup waited %v during Migrate; want < %v", worst.Round(time.Millisecond), maxStall)
-	}
+
 }
