@@ -13,10 +13,10 @@ import (
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 )
 
-// schemaAt applies the migration files up to version (inclusive) on conn
-// the way the release that shipped them did, and records them in
-// schema_migrations, so that a test starts from a database an older release
-// left behind.
+// schemaAt applies the migration files of release v0.3.0 (testdata/v0.3.0,
+// 0001 to 0004, as that release shipped them) up to version (inclusive) on
+// conn, and records them in schema_migrations as that release did, so that a
+// test starts from a database an older release left behind.
 func schemaAt(t testing.TB, conn *pgx.Conn, version int) {
 	t.Helper()
 	ctx := context.Background()
@@ -24,7 +24,7 @@ func schemaAt(t testing.TB, conn *pgx.Conn, version int) {
 		t.Fatalf("creating schema_migrations: %v", err)
 	}
 	for v := 1; v <= version; v++ {
-		names, err := filepath.Glob(fmt.Sprintf("migrations/%04d_*.sql", v))
+		names, err := filepath.Glob(fmt.Sprintf("testdata/v0.3.0/%04d_*.sql", v))
 		if err != nil || len(names) != 1 {
 			t.Fatalf("migration %04d: %v %v", v, names, err)
 		}

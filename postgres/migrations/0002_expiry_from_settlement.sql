@@ -2,18 +2,25 @@
 -- processing (SPEC "Key retention"). expires_at is NULL while processing and
 -- set by KeyComplete to now() + the TTL.
 --
--- Safe on a live database with data: dropping NOT NULL only changes the
--- catalog (no table rewrite), and the updates touch only the few processing
--- records (through the partial index on lease_until) and completed records
--- that were settled after the expiry fixed at their insert. Those were
--- settled late (recovery, after a long acquirer outage) and must be
--- replayed for a whole TTL from their settlement, so they get it:
--- updated_at (their completion) plus the TTL they were inserted with. The
--- existing expires_at index keeps serving the sweeper.
+-- Online: dropping NOT NULL changes only the catalog (no table rewrite, no
+-- scan); its ACCESS EXCLUSIVE lock is held for that alone. The backfill then
+-- walks the table in batches, each its own transaction: processing records
+-- lose their expiry, and completed records settled after the expiry fixed
+-- at their insert (settled late, by recovery, after a long acquirer outage)
+-- get a whole TTL from their settlement: updated_at (their completion) plus
+-- the TTL they were inserted with. The existing expires_at index keeps
+-- serving the sweeper.
+--
+-- (Releases up to v0.3.0 ran this migration as one transaction; its result
+-- is the same.)
+
+-- chargeonce:step
 ALTER TABLE idempotency_keys ALTER COLUMN expires_at DROP NOT NULL;
 
-UPDATE idempotency_keys SET expires_at = NULL WHERE state = 'processing';
-
+-- chargeonce:backfill idempotency_keys
 UPDATE idempotency_keys
-SET expires_at = updated_at + (expires_at - created_at)
-WHERE state = 'completed' AND expires_at <= updated_at;
+SET expires_at = CASE WHEN state = 'processing' THEN NULL
+                      ELSE updated_at + (expires_at - created_at) END
+WHERE ctid >= $1 AND ctid < $2
+  AND ((state = 'processing' AND expires_at IS NOT NULL)
+       OR (state = 'completed' AND expires_at <= updated_at));

@@ -7,9 +7,16 @@
 -- statement, so the result can never be lost between the database and the
 -- stream. Publishers (every `chargeonce worker`) drain outbox and delete a row
 -- once JetStream has acknowledged it.
+--
+-- Online: the column has a constant default, so adding it changes only the
+-- catalog (no rewrite); the trigger takes a brief SHARE ROW EXCLUSIVE lock.
+-- Each is a step of its own, with a lock timeout.
+
+-- chargeonce:step
 
 ALTER TABLE idempotency_keys ADD COLUMN notify boolean NOT NULL DEFAULT false;
 
+-- chargeonce:step
 CREATE TABLE outbox (
     id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     merchant_id     text        NOT NULL,
@@ -35,6 +42,7 @@ BEGIN
 END
 $$;
 
+-- chargeonce:step
 CREATE TRIGGER idempotency_keys_outbox
 AFTER UPDATE ON idempotency_keys
 FOR EACH ROW

@@ -9,10 +9,13 @@
 --
 -- The TTL a record was inserted with is expires_at - created_at (0001 fixed
 -- expires_at = created_at + TTL). Every completed record gets at least that
--- TTL from its settlement (updated_at). A record already completed under
--- 0002 (expires_at = updated_at + TTL) gets at most updated_at - created_at
--- more: its settlement's delay, milliseconds for almost every record. Keeping
--- a key longer is harmless; keeping it shorter charges twice.
+-- TTL from its settlement (updated_at): that moves its expiry by
+-- updated_at - created_at, its settlement's delay. Records settled within a
+-- second of their insert (almost all of them) are left alone: they would move
+-- by milliseconds, and rewriting every record of a large table is what an
+-- online migration must not do. A record already completed under 0002
+-- (expires_at = updated_at + TTL) is kept its settlement's delay longer:
+-- keeping a key longer is harmless; keeping it shorter charges twice.
 UPDATE idempotency_keys
 SET expires_at = updated_at + (expires_at - created_at)
-WHERE state = 'completed' AND expires_at < updated_at + (expires_at - created_at);
+WHERE state = 'completed' AND updated_at > created_at + 1000000;

@@ -1,0 +1,163 @@
+package postgres_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chargeonce/chargeonce/internal/pgtest"
+)
+
+// TestMigrateWaitsAside migrates while a long transaction holds a lock on
+// idempotency_keys (a report, a slow request): an ALTER TABLE waiting for it
+// would queue every reader behind its own ACCESS EXCLUSIVE request. Migrate
+// must wait aside (lock timeout, retry), so readers go on, and still finish
+// once the long transaction ends.
+func TestMigrateWaitsAside(t *testing.T) {
+	t.Parallel()
+	const (
+		hold     = 600 * time.Millisecond
+		maxStall = 100 * time.Millisecond
+	)
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	schemaAt(t, conn, 1)
+	seedKeys(t, conn, 1000)
+
+	long, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := long.Exec(ctx, `SELECT count(*) FROM idempotency_keys`); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(context.Background())
+	// A read that waits longer than maxStall for a lock fails (55P03): a
+	// stall the migration causes, told apart from a slow read on a loaded
+	// machine, whose time is only logged.
+	if _, err := reader.Exec(ctx, "SET lock_timeout = '"+strconv.Itoa(int(maxStall.Milliseconds()))+"ms'"); err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, url)
+	migrated := make(chan error, 1)
+	began := time.Now()
+	go func() { migrated <- s.Migrate(ctx) }()
+	// The long transaction ends after hold, whatever the reads below do.
+	ended := make(chan error, 1)
+	time.AfterFunc(hold, func() { ended <- long.Rollback(context.Background()) })
+	var (
+		waits []time.Duration
+		merr  error
+	)
+	for done := false; !done; {
+		select {
+		case merr = <-migrated:
+			done = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		var state string
+		t0 := time.Now()
+		if err := reader.QueryRow(ctx, `SELECT state FROM idempotency_keys WHERE merchant_id = 'm' AND key = 'k7'`).Scan(&state); err != nil {
+			t.Fatalf("reading during Migrate: %v; want no read blocked by a lock for %v", err, maxStall)
+		}
+		waits = append(waits, time.Since(t0))
+	}
+	if err := <-ended; err != nil {
+		t.Fatal(err)
+	}
+	if merr != nil {
+		t.Fatalf("Migrate: %v", merr)
+	}
+	worst := slices.Max(waits)
+	t.Logf("Migrate took %v behind a transaction of %v; %d reads, the slowest %v",
+		time.Since(began).Round(time.Millisecond), hold, len(waits), worst.Round(time.Microsecond))
+}
+
+// TestMigrateAfterV030 migrates a schema that release v0.3.0 left (0001 to
+// 0004 applied as one transaction each, by the runner of that time): the
+// new runner takes them as applied, applies 0005 only, and the schema is
+// the one a fresh database gets.
+func TestMigrateAfterV030(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	oldURL := pgtest.URL(t)
+	conn, err := pgx.Connect(ctx, oldURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	schemaAt(t, conn, 4)
+	if err := open(t, oldURL).Migrate(ctx); err != nil {
+		t.Fatalf("Migrate after v0.3.0: %v", err)
+	}
+	freshURL := pgtest.URL(t)
+	if err := open(t, freshURL).Migrate(ctx); err != nil {
+		t.Fatalf("Migrate on an empty schema: %v", err)
+	}
+	fresh, err := pgx.Connect(ctx, freshURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close(context.Background())
+	upgraded, want := describeSchema(t, conn), describeSchema(t, fresh)
+	t.Logf("%d schema objects compared", strings.Count(want, "\n")+1)
+	if upgraded != want {
+		t.Errorf("schema after v0.3.0 and Migrate:\n%s\n\nfresh schema:\n%s", upgraded, want)
+	}
+	var versions []int32
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
+	if err == nil {
+		versions, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+	}
+	if err != nil || !slices.Equal(versions, []int32{1, 2, 3, 4, 5}) {
+		t.Errorf("schema_migrations: %v, %v; want versions 1 to 5", versions, err)
+	}
+}
+
+// describeSchema lists the tables, columns, indexes, triggers, functions and
+// storage options of conn's current schema, one per line, with the schema's
+// name left out, so two schemas can be compared.
+func describeSchema(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), `
+		SELECT 'column ' || table_name || '.' || column_name || ' ' || data_type || ' null=' || is_nullable || ' default=' || coalesce(column_default, '')
+		FROM information_schema.columns WHERE table_schema = current_schema()
+		UNION ALL
+		SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = current_schema()
+		UNION ALL
+		SELECT 'trigger ' || pg_get_triggerdef(tg.oid) FROM pg_trigger tg
+		JOIN pg_class c ON c.oid = tg.tgrelid WHERE c.relnamespace = current_schema()::regnamespace AND NOT tg.tgisinternal
+		UNION ALL
+		SELECT 'function ' || p.proname || ' ' || md5(p.prosrc) FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace
+		UNION ALL
+		SELECT 'table ' || relname || ' ' || relkind::text || ' ' || coalesce(array_to_string(reloptions, ','), '')
+		FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'S')
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatalf("describing the schema: %v", err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("describing the schema: %v", err)
+	}
+	var schema string
+	if err := conn.QueryRow(t.Context(), `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	return strings.ReplaceAll(strings.Join(lines, "\n"), schema+".", "")
+}
