@@ -17,12 +17,23 @@ import (
 // TestChargesThroughPgBouncerUnderLoad serves on loopback with the store
 // behind a real PgBouncer in transaction mode and sends 64 concurrent
 // clients' charges: no 500 (a pooler's 42P05 or a refused startup
-// parameter used to be one); 503s are counted and reported.
+// parameter used to be one); 503s are counted and reported, and the same
+// load straight to PostgreSQL is logged beside it.
 func TestChargesThroughPgBouncerUnderLoad(t *testing.T) {
 	t.Parallel()
+	// One after the other, so that the two are measured alike.
+	t.Run("pgbouncer", func(t *testing.T) { chargeLoad(t, true) })
+	t.Run("direct", func(t *testing.T) { chargeLoad(t, false) })
+}
+
+func chargeLoad(t *testing.T, pooled bool) {
 	direct := pgtest.URL(t)
 	apitest.PostgresStoreAt(t, direct) // migrates over the direct URL
-	store, err := postgres.Open(context.Background(), pgtest.PgBouncer(t, direct))
+	target := direct
+	if pooled {
+		target = pgtest.PgBouncer(t, direct)
+	}
+	store, err := postgres.Open(context.Background(), target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +66,8 @@ func TestChargesThroughPgBouncerUnderLoad(t *testing.T) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	t.Logf("%d charges from %d clients through PgBouncer in %v: statuses %v", clients*each, clients, elapsed.Round(time.Millisecond), statuses)
+	t.Logf("%d charges from %d clients (through PgBouncer: %v) in %v, %.0f/s: statuses %v",
+		clients*each, clients, pooled, elapsed.Round(time.Millisecond), float64(clients*each)/elapsed.Seconds(), statuses)
 	if statuses[500] > 0 || statuses[-1] > 0 {
 		t.Fatalf("%d × 500, %d transport errors", statuses[500], statuses[-1])
 	}
