@@ -421,62 +421,6 @@ func TestBatchMixesInsertsAndCompletions(t *testing.T) {
 	}
 }
 
-// The batch statements are prepared once per connection and PostgreSQL
-// caches a generic plan after five executions. Planned while the tables
-// were small (a new deployment, or any instance that started then), that
-// plan found the completion's records by scanning the whole table, and kept
-// doing so as the table grew: measured, a completion batch went from 0.9 ms
-// to 2.3 ms over the first 20,000 charges, until autovacuum's ANALYZE
-// invalidated the plan. Every statement of the store finds its rows through
-// an index, so its connections plan without sequential scans: the plan
-// made on an empty table is the one a large table needs. EXPLAIN on one of
-// the store's connections shows the plan those settings give.
-func TestCachedPlansUseIndexesFromAnEmptyTable(t *testing.T) {
-	t.Parallel()
-	s := setupBatch(t)
-	conn, err := s.pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatalf("Acquire: %v", err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(t.Context(), "ANALYZE idempotency_keys; ANALYZE charges"); err != nil {
-		t.Fatalf("ANALYZE: %v", err)
-	}
-	for name, stmt := range map[string]struct {
-		sql  string
-		args []any
-	}{
-		"insert batch": {keyInsertBatchSQL, []any{[]string{"m1"}, []string{"k"}, []string{"fp"}, []string{"tok"}, []int64{1e6},
-			[]string{"ch_k"}, []int64{1}, []int64{100}, []string{"BRL"}, []string{"tok_ok"}, []string{""}}},
-		"new-keys insert batch": {keyInsertNewBatchSQL, []any{[]string{"m1"}, []string{"k"}, []string{"fp"}, []string{"tok"}, []int64{1e6},
-			[]string{"ch_k"}, []int64{1}, []int64{100}, []string{"BRL"}, []string{"tok_ok"}, []string{""}}},
-		"complete batch": {keyCompleteBatchSQL, []any{[]string{"m1"}, []string{"k"}, []string{"tok"}, []int32{201},
-			[][]byte{[]byte("{}")}, []string{"captured"}, []string{""}, []int64{1e6}}},
-		"insert":   {keyInsertSQL, []any{"m1", "k1", "fp", "tok", time.Second, "ch_k1", 1, 100, "BRL", "tok_ok", ""}},
-		"complete": {keyCompleteSQL, []any{"m1", "k1", "tok", 201, []byte("{}"), "captured", "", time.Hour}},
-		"get":      {keyGetSQL, []any{"m1", "k1"}},
-	} {
-		var plan strings.Builder
-		rows, err := conn.Query(t.Context(), "EXPLAIN "+stmt.sql, stmt.args...)
-		if err != nil {
-			t.Fatalf("%s: EXPLAIN: %v", name, err)
-		}
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatalf("%s: EXPLAIN: %v", name, err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: EXPLAIN: %v", name, err)
-		}
-		if strings.Contains(plan.String(), "Seq Scan") {
-			t.Errorf("%s on empty tables plans a sequential scan, which its cached plan keeps as the table grows:\n%s", name, plan.String())
-		}
-	}
-}
-
 // A batch with one attempt per key inserts with keyInsertNewBatchSQL, which
 // returns only what the database set; the record each attempt gets is the
 // one stored, an attempt whose key was already taken reads and gets that

@@ -33,17 +33,26 @@ func translate(err error) error {
 }
 
 // unavailable reports whether err says the database is unreachable, going
-// away, overloaded or read-only (a standby, before or during a failover),
-// rather than that the statement itself is wrong.
+// away, overloaded, too slow now (a timeout, a lock held elsewhere) or
+// read-only (a standby, before or during a failover), rather than that the
+// statement itself is wrong. Every SQLSTATE class that can come of the
+// moment rather than of the statement is here; the others (syntax, a
+// constraint, a missing table) are bugs and stay 500.
 func unavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch code := pgErr.Code; {
 		case strings.HasPrefix(code, "08"), // connection exception
-			strings.HasPrefix(code, "53"),                     // insufficient resources (too many connections, disk full)
+			strings.HasPrefix(code, "53"),                     // insufficient resources (too many connections, disk full, out of memory)
+			code == "57014",                                   // statement_timeout, or a cancel: the database was too slow now
+			code == "55P03",                                   // lock_timeout: a lock held elsewhere (a migration, an operator)
+			code == "55006",                                   // object in use
 			code == "57P01", code == "57P02", code == "57P03", // admin/crash shutdown, cannot connect now
+			code == "57P04", code == "57P05", // database dropped, idle session timeout
 			code == "25006",                  // read-only transaction: connected to a standby
-			code == "40001", code == "40P01": // serialization failure, deadlock: retry
+			code == "25P03", code == "25P04", // idle-in-transaction and transaction timeouts
+			code == "40001", code == "40P01", // serialization failure, deadlock: retry
+			code == "58030": // I/O error on the server
 			return true
 		}
 		return false

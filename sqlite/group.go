@@ -23,15 +23,16 @@ import (
 // transaction has committed; when the commit (or the transaction itself)
 // fails, every write in it gets that error, and none of them took effect.
 
-// groupTimeout bounds a shared transaction: every write in it runs with its
-// own context, but beginning and committing the transaction belong to none.
+// groupTimeout bounds a shared transaction: its writes run under the
+// group's context, not their own (see write), so this is what ends a hung
+// one.
 const groupTimeout = 30 * time.Second
 
 // write is one attempt's write transaction.
 type write struct {
 	ctx  context.Context
 	what string // what the write does, for the transaction's errors
-	fn   func(tx *sql.Tx) error
+	fn   func(ctx context.Context, tx *sql.Tx) error
 	err  error
 	done chan struct{}
 }
@@ -48,10 +49,16 @@ type group struct {
 
 // write runs fn in a transaction on the writer connection, shared with the
 // writes that wait alongside it, and returns fn's error or the
-// transaction's (prefixed with what). fn must use tx only, and must leave no
-// effect other than through it. A write whose context has ended before its
-// turn does not run.
-func (s *Store) write(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
+// transaction's (prefixed with what). fn must use tx only, with the context
+// it is given, and must leave no effect other than through it. A write whose
+// context has ended before its turn does not run.
+//
+// fn gets ctx when it runs alone, and the shared transaction's context when
+// it shares one: SQLite rolls back the whole transaction when a statement
+// is interrupted, so one write's deadline ending mid-statement would fail
+// every write beside it ("no such savepoint"). A member's deadline decides
+// only whether it joins.
+func (s *Store) write(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	w := &write{ctx: ctx, what: what, fn: fn, done: make(chan struct{})}
 	g := &s.group
 	g.mu.Lock()
@@ -100,7 +107,7 @@ func (s *Store) runAlone(w *write) {
 		return
 	}
 	defer rollback(tx)
-	if w.err = w.fn(tx); w.err != nil {
+	if w.err = w.fn(w.ctx, tx); w.err != nil {
 		return
 	}
 	if err := tx.Commit(); err != nil {
@@ -135,7 +142,7 @@ func (s *Store) runShared(batch []*write) {
 			return
 		}
 		end := []string{"RELEASE w"}
-		if w.err = w.fn(tx); w.err != nil {
+		if w.err = w.fn(ctx, tx); w.err != nil {
 			end = []string{"ROLLBACK TO w", "RELEASE w"}
 		}
 		for _, stmt := range end {

@@ -177,7 +177,7 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 		rec      chargeonce.KeyRecord
 		inserted bool
 	)
-	err = s.write(ctx, "inserting idempotency key", func(tx *sql.Tx) error {
+	err = s.write(ctx, "inserting idempotency key", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		rec, inserted, err = s.keyInsertTx(ctx, tx, q, p)
 		if err != nil || inserted {
@@ -279,7 +279,7 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, "completing idempotency key", func(tx *sql.Tx) error {
+	return s.write(ctx, "completing idempotency key", func(ctx context.Context, tx *sql.Tx) error {
 		var chargeID string
 		err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
 			p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),

@@ -300,17 +300,26 @@ var errClosed = errors.New("sqlite store is closed")
 // request may be retried. So is a file that cannot be read or written (an
 // I/O error, a full disk, a file that cannot be opened): whether a write
 // that failed that way reached the file is unknown, so the client retries
-// with the same key rather than being told of a bug (500).
+// with the same key rather than being told of a bug (500). An interrupted
+// statement, a deadline, memory running out and a lock-protocol error are
+// the moment's too, never the statement's.
 func translate(err error) error {
 	// A closed store (the instance is shutting down) cannot answer now;
 	// another instance can.
 	if errors.Is(err, errClosed) || errors.Is(err, sql.ErrConnDone) || (err != nil && (strings.Contains(err.Error(), "sql: database is closed") || strings.Contains(err.Error(), "sql: statement is closed"))) {
 		return fmt.Errorf("%w: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the database is closed: this instance is shutting down; retry"), err)
 	}
+	// A deadline that ended the operation (database/sql returns it for a
+	// statement it interrupted): the database was too slow now.
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE,
+			"the database did not answer in time; the outcome is unknown: retry with the same Idempotency-Key"), err)
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL,
+			sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_NOMEM:
 			return fmt.Errorf("%w: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the database is busy; retry shortly"), err)
 		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN:
 			return fmt.Errorf("%w: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE,
