@@ -116,8 +116,8 @@ func TestListChargesBounded(t *testing.T) {
 					t.Fatalf("GET /v1/charges?%s: %d charges, has_more %v; want one page of %d, has_more true",
 						tt.query, len(l.Data), l.HasMore, tt.want)
 				}
-				if max := tt.want * 400; len(r.Body) > max {
-					t.Fatalf("GET /v1/charges?%s: %d bytes, more than %d for one page", tt.query, len(r.Body), max)
+				if most := tt.want * 400; len(r.Body) > most {
+					t.Fatalf("GET /v1/charges?%s: %d bytes, more than %d for one page", tt.query, len(r.Body), most)
 				}
 			}
 		})

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -230,7 +231,8 @@ func testChargesListBadParams(t *testing.T, s chargeonce.Store) {
 		tt.p.MerchantID = "ma"
 		_, err := s.ChargesList(t.Context(), tt.p)
 		wantCode(t, tt.name, err, chargeonce.EINVALID)
-		if e, ok := err.(*chargeonce.Error); !ok || e.Field != tt.field {
+		var e *chargeonce.Error
+		if !errors.As(err, &e) || e.Field != tt.field {
 			t.Fatalf("%s: error %v, want one naming %s", tt.name, err, tt.field)
 		}
 	}
