@@ -3,6 +3,7 @@ package chargeonce
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -88,6 +89,43 @@ type StuckStats struct {
 	OldestAge time.Duration
 }
 
+// Limits of a page of charges (SPEC "GET /v1/charges").
+const (
+	ChargesListDefaultLimit = 10
+	ChargesListMaxLimit     = 100
+)
+
+// Statuses are the states a charge can be in, in the order lists query them.
+var Statuses = []Status{StatusProcessing, StatusCaptured, StatusDeclined}
+
+// ChargesListParams select one page of a merchant's charges. Charges are
+// ordered newest first, by created_at and then by id (both descending), so
+// the order is total and a cursor names one place in it.
+type ChargesListParams struct {
+	MerchantID string
+	// OrderID, when not zero, keeps only the charges of that order.
+	OrderID int64
+	// Status, when not empty, keeps only the charges in that state.
+	Status Status
+	// Limit is the most charges the page holds, 1 to ChargesListMaxLimit.
+	Limit int
+	// StartingAfter, a charge id, asks for the page of charges older than
+	// that charge: the next page, when it is the last charge of a page.
+	StartingAfter string
+	// EndingBefore, a charge id, asks for the page of charges newer than
+	// that charge (the previous page), still listed newest first. At most
+	// one of StartingAfter and EndingBefore is set.
+	EndingBefore string
+}
+
+// ChargesPage is one page of charges, newest first.
+type ChargesPage struct {
+	Charges []Charge
+	// HasMore tells whether more charges lie beyond the page in the
+	// direction of travel: older ones, or newer ones with EndingBefore.
+	HasMore bool
+}
+
 // Store is the persistence seam. It has two implementations, postgres.Store
 // and sqlite.Store, which pass one conformance suite (storetest).
 //
@@ -145,8 +183,16 @@ type Store interface {
 	// merchant's charge).
 	ChargeGet(ctx context.Context, merchantID, id string) (Charge, error)
 	// ChargesListByOrder returns the merchant's charges for an order, newest
-	// first.
+	// first, all of them: it serves checks for double charges (tests,
+	// operators), never the API, which pages with ChargesList.
 	ChargesListByOrder(ctx context.Context, merchantID string, orderID int64) ([]Charge, error)
+	// ChargesList returns one page of the merchant's charges, newest first,
+	// and whether more lie beyond it (see ChargesListParams). It reads at
+	// most a few pages' worth of index entries whatever the merchant has
+	// stored: every query is a keyset range on an index, per status, with a
+	// LIMIT. A cursor that is not one of the merchant's charges is an
+	// EINVALID error naming its parameter.
+	ChargesList(ctx context.Context, p ChargesListParams) (ChargesPage, error)
 
 	// Migrate applies the embedded schema; safe to run from several
 	// instances at once.
@@ -300,4 +346,23 @@ type Outbox interface {
 	OutboxMarkSent(ctx context.Context, ids []int64) error
 	// OutboxStats reports the entries not yet published.
 	OutboxStats(ctx context.Context) (OutboxStats, error)
+}
+
+// Check reports the first thing wrong with p as an EINVALID error that names
+// the offending parameter (limit, status, starting_after, ending_before).
+// Both stores call it, so they refuse the same requests.
+func (p *ChargesListParams) Check() error {
+	if p.Limit < 1 || p.Limit > ChargesListMaxLimit {
+		return FieldError("limit", "limit must be between 1 and %d; got %d", ChargesListMaxLimit, p.Limit)
+	}
+	if p.Status != "" && !slices.Contains(Statuses, p.Status) {
+		return FieldError("status", "status must be one of processing, captured, declined")
+	}
+	if p.StartingAfter != "" && p.EndingBefore != "" {
+		return FieldError("ending_before", "starting_after and ending_before cannot both be given")
+	}
+	if p.OrderID < 0 {
+		return FieldError("order_id", "order_id must be a positive 64-bit integer")
+	}
+	return nil
 }

@@ -287,32 +287,6 @@ func (c *Client) GetCharge(ctx context.Context, id string) (*Charge, error) {
 	return decodeCharge(ex, n)
 }
 
-// ListCharges returns the merchant's charges for the order, newest first.
-// More than one captured charge for one order is what a double charge looks
-// like.
-func (c *Client) ListCharges(ctx context.Context, orderID int64) ([]Charge, error) {
-	ex, n, err := c.run(ctx, call{method: http.MethodGet, path: "/v1/charges?order_id=" + strconv.FormatInt(orderID, 10)})
-	if err != nil {
-		return nil, err
-	}
-	if ex.status != http.StatusOK {
-		return nil, responseError(ex, n)
-	}
-	var list struct {
-		Data []Charge `json:"data"`
-	}
-	if err := json.Unmarshal(ex.body, &list); err != nil {
-		return nil, &finalError{fmt.Errorf("chargeonce: decoding the charge list: %w", err), n}
-	}
-	for i := range list.Data {
-		list.Data[i].Attempts = n
-	}
-	if list.Data == nil {
-		list.Data = []Charge{}
-	}
-	return list.Data, nil
-}
-
 func decodeCharge(ex *exchange, n int) (*Charge, error) {
 	var ch Charge
 	if err := json.Unmarshal(ex.body, &ch); err != nil {

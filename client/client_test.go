@@ -109,11 +109,11 @@ func wantCapturedOnce(t *testing.T, c *client.Client, f fixture, ch *client.Char
 	if n := f.sim.CapturedCount("demo", order); n != 1 {
 		t.Fatalf("acquirer captured order %d %d times, want 1", order, n)
 	}
-	list, err := c.ListCharges(context.Background(), order)
+	page, err := c.ListCharges(context.Background(), client.ListParams{OrderID: order})
 	if err != nil {
 		t.Fatalf("ListCharges: %v", err)
 	}
-	if len(list) != 1 || list[0].ID != ch.ID || list[0].Status != client.StatusCaptured {
+	if list := page.Charges; len(list) != 1 || list[0].ID != ch.ID || list[0].Status != client.StatusCaptured {
 		t.Fatalf("charges of order %d = %+v, want exactly %s", order, list, ch.ID)
 	}
 	got, err := c.GetCharge(context.Background(), ch.ID)

@@ -212,6 +212,10 @@ func (brokenStore) ChargesListByOrder(context.Context, string, int64) ([]chargeo
 	return nil, errInjectedBug
 }
 
+func (brokenStore) ChargesList(context.Context, chargeonce.ChargesListParams) (chargeonce.ChargesPage, error) {
+	return chargeonce.ChargesPage{}, errInjectedBug
+}
+
 // KeyInsert finds an orphan of the same request whose lease has ended, so
 // that the engine claims it.
 func (brokenStore) KeyInsert(_ context.Context, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
@@ -342,6 +346,20 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 	want(c.exchange(base, "GET", "/v1/charges/{id}", "/v1/charges/"+ch.ID, nil, nil, true), 200, "GET a charge")
 	want(c.exchange(base, "GET", "/v1/charges", fmt.Sprintf("/v1/charges?order_id=%d", order), nil, nil, true), 200, "list an order's charges")
 	want(c.exchange(base, "GET", "/v1/charges", "/v1/charges?order_id=1", nil, nil, true), 200, "list an order with no charges")
+	// A paginated list: a page of one with more, the next page after it,
+	// and the page before that one.
+	first := c.exchange(base, "GET", "/v1/charges", "/v1/charges?limit=1", nil, nil, true)
+	want(first, 200, "list a page of one")
+	var page struct {
+		Data    []struct{ ID string }
+		HasMore bool `json:"has_more"`
+	}
+	if err := json.Unmarshal(first.Body, &page); err != nil || len(page.Data) != 1 || !page.HasMore {
+		t.Fatalf("a page of one of several charges = %s (%v), want one charge and has_more", first.Body, err)
+	}
+	next := c.exchange(base, "GET", "/v1/charges", "/v1/charges?limit=1&status=captured&starting_after="+page.Data[0].ID, nil, nil, true)
+	want(next, 200, "list the next page")
+	want(c.exchange(base, "GET", "/v1/charges", fmt.Sprintf("/v1/charges?limit=100&order_id=%d&ending_before=%s", order, page.Data[0].ID), nil, nil, true), 200, "list the page before")
 
 	// 402 and its replay; 202; 422.
 	dk, dbody := key("declined"), chargeBody(orderSeq.Add(1), "tok_declined")
@@ -356,7 +374,10 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 	want(post("", chargeBody(orderSeq.Add(1), "tok_ok"), nil, false), 400, "no Idempotency-Key")
 	want(post("has space", chargeBody(orderSeq.Add(1), "tok_ok"), nil, false), 400, "malformed Idempotency-Key")
 	want(c.exchange(base, "GET", "/v1/charges", "/v1/charges?order_id=abc", nil, nil, false), 400, "order_id not a number")
-	want(c.exchange(base, "GET", "/v1/charges", "/v1/charges", nil, nil, false), 400, "no order_id")
+	want(c.exchange(base, "GET", "/v1/charges", "/v1/charges", nil, nil, true), 200, "list every order's charges")
+	want(c.exchange(base, "GET", "/v1/charges", "/v1/charges?limit=101", nil, nil, false), 400, "limit over 100")
+	want(c.exchange(base, "GET", "/v1/charges", "/v1/charges?offset=10", nil, nil, false), 400, "unknown query parameter")
+	want(c.exchange(base, "GET", "/v1/charges", "/v1/charges?starting_after=ch_nope", nil, nil, true), 400, "cursor not a charge")
 	want(post(key("auth"), chargeBody(orderSeq.Add(1), "tok_ok"), map[string]string{"Authorization": ""}, false), 401, "no API key")
 	want(post(key("auth"), chargeBody(orderSeq.Add(1), "tok_ok"), map[string]string{"Authorization": "Bearer sk_wrong"}, false), 401, "unknown API key")
 	want(c.exchange(base, "GET", "/v1/charges/{id}", "/v1/charges/"+ch.ID, nil, map[string]string{"Authorization": "Basic eDp5"}, false), 401, "GET with a Basic credential")

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -150,34 +149,6 @@ func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, engine.EncodeCharge(&ch))
-}
-
-func (s *Server) handleListCharges(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	raw := r.URL.Query().Get("order_id")
-	orderID, perr := strconv.ParseInt(raw, 10, 64)
-	if perr != nil || orderID <= 0 {
-		s.writeError(w, r, chargeonce.FieldError("order_id", "the order_id query parameter must be a positive 64-bit integer"))
-		return
-	}
-	charges, err := s.store.ChargesListByOrder(r.Context(), merchant.ID, orderID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	b := append(make([]byte, 0, 64+200*len(charges)), `{"data":[`...)
-	for i := range charges {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, engine.EncodeCharge(&charges[i])...)
-	}
-	b = append(b, "]}"...)
-	writeJSON(w, http.StatusOK, b)
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {

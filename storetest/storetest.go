@@ -75,6 +75,7 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"Hostile", testHostile},
 	}
 	tests = append(tests, outboxTests...)
+	tests = append(tests, pageTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
