@@ -17,6 +17,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/internal/httpserve"
 	"github.com/chargeonce/chargeonce/recovery"
 )
 
@@ -216,4 +217,23 @@ func (m *Metrics) stuckOldestAge() float64 {
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Connections exports the connection statistics of the listener named
+// listener ("api", "metrics"), read at every scrape: open connections, the
+// cap, and the connections refused and evicted at the cap.
+func (m *Metrics) Connections(listener string, stats func() httpserve.Stats) {
+	labels := prometheus.Labels{"listener": listener}
+	gauge := func(name, help string, v func(httpserve.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 { return v(stats()) })
+	}
+	counter := func(name, help string, v func(httpserve.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 { return v(stats()) })
+	}
+	m.reg.MustRegister(
+		gauge("chargeonce_http_connections_open", "Open HTTP connections, by listener.", func(s httpserve.Stats) float64 { return float64(s.Open) }),
+		gauge("chargeonce_http_connections_max", "The most HTTP connections a listener keeps open (--max-conns, lowered to fit the file descriptor limit).", func(s httpserve.Stats) float64 { return float64(s.Max) }),
+		counter("chargeonce_http_connections_refused_total", "Connections answered 503 and closed at once: the cap was reached and every open connection was serving a request.", func(s httpserve.Stats) float64 { return float64(s.Refused) }),
+		counter("chargeonce_http_connections_evicted_total", "Idle connections closed to make room for a new one at the cap (an idle-connection flood, or too small a --max-conns).", func(s httpserve.Stats) float64 { return float64(s.Evicted) }),
+	)
 }
