@@ -80,12 +80,33 @@ func problem(err error, requestID string) (status int, body []byte) {
 	return info.status, body
 }
 
+// RejectionObserver is told every request the API refused as the client's
+// mistake or over its rate: 400, 401, 405, 413 and 429 (metrics). Its labels
+// are bounded: route is the mux pattern that matched (never the raw path),
+// problem the error's slug. Implementations must be safe for concurrent use.
+type RejectionObserver interface {
+	Rejected(route string, status int, problem string)
+}
+
+// rejection reports whether status is counted by a RejectionObserver.
+func rejection(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusMethodNotAllowed,
+		http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
+		return true
+	}
+	return false
+}
+
 // writeError writes err as application/problem+json.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, _ := problemFor(err)
 	noteCode(r, code)
 	id := requestID(r)
 	status, body := problem(err, id)
+	if s.rejected != nil && rejection(status) {
+		s.rejected.Rejected(r.Pattern, status, code)
+	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
 	}

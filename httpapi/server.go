@@ -30,6 +30,7 @@ type Server struct {
 	keys     *Keys
 	log      *slog.Logger
 	outcomes OutcomeObserver
+	rejected RejectionObserver
 	mux      *http.ServeMux
 }
 
@@ -52,11 +53,14 @@ type Config struct {
 	// Outcomes, when set, is told the answer to every attempt that reached
 	// the engine.
 	Outcomes OutcomeObserver
+	// Rejections, when set, is told every request refused as the client's
+	// mistake or over its rate (see RejectionObserver).
+	Rejections RejectionObserver
 }
 
 // New returns a Server.
 func New(cfg Config) *Server {
-	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, mux: http.NewServeMux()}
+	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -33,6 +33,7 @@ type Metrics struct {
 	swept        prometheus.Counter
 	admission    *prometheus.HistogramVec
 	rateLimited  *prometheus.CounterVec
+	rejected     *prometheus.CounterVec
 	// counters cached per status so the hot path does no label lookup.
 	cache map[[2]int]prometheus.Counter
 
@@ -84,6 +85,10 @@ func New() *Metrics {
 			Name: "chargeonce_rate_limited_total",
 			Help: "Charge attempts refused with 429 rate-limited, by reason: rate (the merchant is over its --merchant-rate) or share (it held its share of the acquirer slots while other merchants needed them).",
 		}, []string{"reason"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chargeonce_http_rejected_requests_total",
+			Help: "Requests refused as the client's mistake or over its rate (400, 401, 405, 413, 429), by route (the pattern that matched, never the path), status and problem slug.",
+		}, []string{"route", "status", "problem"}),
 		cache: map[[2]int]prometheus.Counter{},
 		now:   time.Now,
 	}
@@ -91,7 +96,7 @@ func New() *Metrics {
 		Name: "chargeonce_stuck_oldest_age_seconds",
 		Help: "Age of the oldest processing record whose lease has ended. While recovery passes fail it keeps growing from its last measured value.",
 	}, m.stuckOldestAge)
-	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission, m.rateLimited,
+	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission, m.rateLimited, m.rejected,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, reason := range []string{engine.RateLimitedRate, engine.RateLimitedShare} {
 		m.rateLimited.WithLabelValues(reason) // exported as 0 from the start
@@ -115,6 +120,15 @@ func (m *Metrics) Outcome(status int, replayed bool) {
 		return
 	}
 	m.outcomes.WithLabelValues(strconv.Itoa(status), strconv.FormatBool(replayed)).Inc()
+}
+
+// Rejected implements httpapi.RejectionObserver. A request no route
+// matched is counted under route "unmatched".
+func (m *Metrics) Rejected(route string, status int, problem string) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.rejected.WithLabelValues(route, strconv.Itoa(status), problem).Inc()
 }
 
 // AcquirerCall implements engine.Observer.
