@@ -310,6 +310,7 @@ type exchange struct {
 	body       []byte
 	replayed   bool
 	retryAfter time.Duration
+	requestID  string
 }
 
 // run sends cl until an answer is final, and returns that answer with the
@@ -489,6 +490,7 @@ func (c *Client) send(ctx context.Context, cl call) (*exchange, error) {
 		body:       b,
 		replayed:   resp.Header.Get("Idempotent-Replayed") == "true",
 		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		requestID:  resp.Header.Get("Request-Id"),
 	}, nil
 }
 

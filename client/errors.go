@@ -44,6 +44,9 @@ type Problem struct {
 	// ChargeID and DeclineCode are set on card-declined problems.
 	ChargeID    string `json:"charge_id,omitempty"`
 	DeclineCode string `json:"decline_code,omitempty"`
+	// RequestID is the service's id of the request it answered (absent
+	// from a stored answer, such as a decline: see APIError.RequestID).
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Slug returns the last path segment of the problem type, such as
@@ -73,6 +76,11 @@ type APIError struct {
 	// Replayed is true when the answer was the service's stored response
 	// for this key (Idempotent-Replayed: true): a decline seen again.
 	Replayed bool
+	// RequestID is the Request-Id the service gave this answer (req_…):
+	// quote it to the service's operators, who find the request's log line
+	// by it. Empty when the request was not sent or the answer came from a
+	// proxy.
+	RequestID string
 
 	attempts int
 }
@@ -81,6 +89,9 @@ type APIError struct {
 func (e *APIError) Error() string {
 	if e.StatusCode == 0 {
 		return fmt.Sprintf("chargeonce: %s (not sent)", e.Problem.Detail)
+	}
+	if e.RequestID != "" {
+		return fmt.Sprintf("chargeonce: %d %s: %s (request %s)", e.StatusCode, e.Problem.Slug(), e.Problem.Detail, e.RequestID)
 	}
 	return fmt.Sprintf("chargeonce: %d %s: %s", e.StatusCode, e.Problem.Slug(), e.Problem.Detail)
 }
@@ -235,6 +246,7 @@ func responseError(ex *exchange, attempts int) error {
 		StatusCode: ex.status,
 		RetryAfter: ex.retryAfter,
 		Replayed:   ex.replayed,
+		RequestID:  ex.requestID,
 		attempts:   attempts,
 	}
 	if err := json.Unmarshal(ex.body, &e.Problem); err != nil || e.Problem.Type == "" {
@@ -246,6 +258,9 @@ func responseError(ex *exchange, attempts int) error {
 			detail = "(empty body)"
 		}
 		e.Problem = Problem{Type: "about:blank", Title: http.StatusText(ex.status), Status: ex.status, Detail: detail}
+	}
+	if e.RequestID == "" {
+		e.RequestID = e.Problem.RequestID
 	}
 	switch ex.status {
 	case http.StatusPaymentRequired:

@@ -87,6 +87,8 @@ type proc struct {
 	name string
 	args []string
 	log  string // path of the log file (stdout and stderr)
+	// files, when set, is the descriptor limit the process runs with.
+	files int
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -129,7 +131,14 @@ var listenRE = regexp.MustCompile(`msg="(chargeonce|acquirer simulator) listenin
 // CHARGEONCE_* variable, so only args configure it.
 func (ps *procs) start(name string, args ...string) *proc {
 	ps.t.Helper()
-	p := &proc{t: ps.t, name: name, args: args, log: filepath.Join(ps.dir, name+".log")}
+	return ps.startWith(name, 0, args...)
+}
+
+// startWith is start with the process's descriptor limit set to files
+// (when not 0).
+func (ps *procs) startWith(name string, files int, args ...string) *proc {
+	ps.t.Helper()
+	p := &proc{t: ps.t, name: name, args: args, files: files, log: filepath.Join(ps.dir, name+".log")}
 	ps.mu.Lock()
 	ps.all = append(ps.all, p)
 	ps.mu.Unlock()
@@ -146,6 +155,9 @@ func (p *proc) run(wantAddr bool) {
 	fmt.Fprintf(f, "=== %s: chargeonce %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
 	offset, _ := f.Seek(0, io.SeekEnd)
 	cmd := exec.Command(binary(p.t), p.args...)
+	if p.files > 0 {
+		cmd = limitedCommand(p.t, p.files, binary(p.t), p.args...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()
 	for _, kv := range os.Environ() {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"net/http"
 	"time"
@@ -39,14 +40,15 @@ const KeyHashLen = idempotency.KeyHashLen
 // LogRequests wraps next so that every request is logged once, when it
 // ends, at Info (5xx at Warn) with: method, route (the pattern that served
 // it, never the raw path, which a client controls), status, outcome,
-// latency_ms, and, once the request is authenticated, merchant and key_hash
+// latency_ms, request_id (the Request-Id header it gives the answer), and, once the request is authenticated, merchant and key_hash
 // (a hash of the merchant and the Idempotency-Key). Neither the API key nor
 // the idempotency key is ever logged: both are bearer secrets of a sort (a
 // key lets whoever holds it learn an intent's stored answer).
 func LogRequests(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		note := &requestNote{}
+		note := &requestNote{requestID: NewRequestID()}
+		w.Header().Set("Request-Id", note.requestID)
 		r = r.WithContext(context.WithValue(r.Context(), noteKey{}, note))
 		rec := &statusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
@@ -68,6 +70,7 @@ func LogRequests(log *slog.Logger, next http.Handler) http.Handler {
 			slog.Int("status", rec.status),
 			slog.String("outcome", outcome(rec.status, replayed, note.code)),
 			slog.Float64("latency_ms", float64(time.Since(start).Microseconds())/1000),
+			slog.String("request_id", note.requestID),
 		)
 		if note.merchant != "" {
 			attrs = append(attrs, slog.String("merchant", note.merchant))
@@ -120,11 +123,41 @@ func outcome(status int, replayed bool, code string) string {
 // requestNote is what a handler tells LogRequests about its request; it
 // travels in the request's context.
 type requestNote struct {
-	merchant string
-	code     string
+	requestID string
+	merchant  string
+	code      string
 }
 
 type noteKey struct{}
+
+// RequestIDPrefix starts every Request-Id.
+const RequestIDPrefix = "req_"
+
+// NewRequestID returns a new request id: RequestIDPrefix and 128 random
+// bits. The server always makes its own: SPEC wants one unique per request,
+// and an id a client chose could repeat another's or carry anything into
+// the logs (a W3C traceparent is how a caller ties its own trace to ours).
+func NewRequestID() string { return RequestIDPrefix + rand.Text() }
+
+// requestID is the id r is answered under, or "" outside LogRequests and
+// Server.
+func requestID(r *http.Request) string {
+	if n, ok := r.Context().Value(noteKey{}).(*requestNote); ok {
+		return n.requestID
+	}
+	return ""
+}
+
+// withRequestID returns r with a request id, giving it one (and setting
+// the Request-Id header of w) if LogRequests has not.
+func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
+	if requestID(r) != "" {
+		return r
+	}
+	note := &requestNote{requestID: NewRequestID()}
+	w.Header().Set("Request-Id", note.requestID)
+	return r.WithContext(context.WithValue(r.Context(), noteKey{}, note))
+}
 
 // noteMerchant records the authenticated merchant of r for its log line.
 func noteMerchant(r *http.Request, merchant string) {

@@ -60,29 +60,55 @@ func problemFor(err error) (string, problemInfo) {
 // Problem returns the status and the exact application/problem+json body
 // the API answers for err. The queue worker publishes the same bytes for the
 // same mistake.
-func Problem(err error) (status int, body []byte) {
+func Problem(err error) (status int, body []byte) { return problem(err, "") }
+
+// problem is Problem with the request id requestID (if any) in the body.
+func problem(err error, requestID string) (status int, body []byte) {
 	code, info := problemFor(err)
 	var field string
 	if e := (*chargeonce.Error)(nil); errors.As(err, &e) {
 		field = e.Field
 	}
 	body, _ = json.Marshal(chargeonce.Problem{
-		Type:   chargeonce.ProblemTypeBase + code,
-		Title:  info.title,
-		Status: info.status,
-		Detail: chargeonce.ErrorMessage(err),
-		Field:  field,
+		Type:      chargeonce.ProblemTypeBase + code,
+		Title:     info.title,
+		Status:    info.status,
+		Detail:    chargeonce.ErrorMessage(err),
+		Field:     field,
+		RequestID: requestID,
 	})
 	return info.status, body
+}
+
+// RejectionObserver is told every request the API refused as the client's
+// mistake or over its rate: 400, 401, 405, 413 and 429 (metrics). Its labels
+// are bounded: route is the mux pattern that matched (never the raw path),
+// problem the error's slug. Implementations must be safe for concurrent use.
+type RejectionObserver interface {
+	Rejected(route string, status int, problem string)
+}
+
+// rejection reports whether status is counted by a RejectionObserver.
+func rejection(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusMethodNotAllowed,
+		http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
+		return true
+	}
+	return false
 }
 
 // writeError writes err as application/problem+json.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, _ := problemFor(err)
 	noteCode(r, code)
-	status, body := Problem(err)
+	id := requestID(r)
+	status, body := problem(err, id)
+	if s.rejected != nil && rejection(status) {
+		s.rejected.Rejected(r.Pattern, status, code)
+	}
 	if status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")

@@ -29,6 +29,7 @@ type Server struct {
 	keys     *Keys
 	log      *slog.Logger
 	outcomes OutcomeObserver
+	rejected RejectionObserver
 	mux      *http.ServeMux
 }
 
@@ -51,11 +52,14 @@ type Config struct {
 	// Outcomes, when set, is told the answer to every attempt that reached
 	// the engine.
 	Outcomes OutcomeObserver
+	// Rejections, when set, is told every request refused as the client's
+	// mistake or over its rate (see RejectionObserver).
+	Rejections RejectionObserver
 }
 
 // New returns a Server.
 func New(cfg Config) *Server {
-	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, mux: http.NewServeMux()}
+	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -76,8 +80,11 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. Every answer carries a Request-Id
+// (LogRequests gives one; without it, ServeHTTP does).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, withRequestID(w, r))
+}
 
 func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	s.writeError(w, r, chargeonce.Errorf(chargeonce.EMETHOD, "%s is not allowed on %s", r.Method, r.URL.Path))

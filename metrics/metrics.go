@@ -17,6 +17,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/internal/httpserve"
 	"github.com/chargeonce/chargeonce/recovery"
 )
 
@@ -32,6 +33,7 @@ type Metrics struct {
 	swept        prometheus.Counter
 	admission    *prometheus.HistogramVec
 	rateLimited  *prometheus.CounterVec
+	rejected     *prometheus.CounterVec
 	// counters cached per status so the hot path does no label lookup.
 	cache map[[2]int]prometheus.Counter
 
@@ -83,6 +85,10 @@ func New() *Metrics {
 			Name: "chargeonce_rate_limited_total",
 			Help: "Charge attempts refused with 429 rate-limited, by reason: rate (the merchant is over its --merchant-rate) or share (it held its share of the acquirer slots while other merchants needed them).",
 		}, []string{"reason"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chargeonce_http_rejected_requests_total",
+			Help: "Requests refused as the client's mistake or over its rate (400, 401, 405, 413, 429), by route (the pattern that matched, never the path), status and problem slug.",
+		}, []string{"route", "status", "problem"}),
 		cache: map[[2]int]prometheus.Counter{},
 		now:   time.Now,
 	}
@@ -90,7 +96,7 @@ func New() *Metrics {
 		Name: "chargeonce_stuck_oldest_age_seconds",
 		Help: "Age of the oldest processing record whose lease has ended. While recovery passes fail it keeps growing from its last measured value.",
 	}, m.stuckOldestAge)
-	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission, m.rateLimited,
+	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission, m.rateLimited, m.rejected,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, reason := range []string{engine.RateLimitedRate, engine.RateLimitedShare} {
 		m.rateLimited.WithLabelValues(reason) // exported as 0 from the start
@@ -114,6 +120,15 @@ func (m *Metrics) Outcome(status int, replayed bool) {
 		return
 	}
 	m.outcomes.WithLabelValues(strconv.Itoa(status), strconv.FormatBool(replayed)).Inc()
+}
+
+// Rejected implements httpapi.RejectionObserver. A request no route
+// matched is counted under route "unmatched".
+func (m *Metrics) Rejected(route string, status int, problem string) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.rejected.WithLabelValues(route, strconv.Itoa(status), problem).Inc()
 }
 
 // AcquirerCall implements engine.Observer.
@@ -216,4 +231,23 @@ func (m *Metrics) stuckOldestAge() float64 {
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Connections exports the connection statistics of the listener named
+// listener ("api", "metrics"), read at every scrape: open connections, the
+// cap, and the connections refused and evicted at the cap.
+func (m *Metrics) Connections(listener string, stats func() httpserve.Stats) {
+	labels := prometheus.Labels{"listener": listener}
+	gauge := func(name, help string, v func(httpserve.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 { return v(stats()) })
+	}
+	counter := func(name, help string, v func(httpserve.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 { return v(stats()) })
+	}
+	m.reg.MustRegister(
+		gauge("chargeonce_http_connections_open", "Open HTTP connections, by listener.", func(s httpserve.Stats) float64 { return float64(s.Open) }),
+		gauge("chargeonce_http_connections_max", "The most HTTP connections a listener keeps open (--max-conns, lowered to fit the file descriptor limit).", func(s httpserve.Stats) float64 { return float64(s.Max) }),
+		counter("chargeonce_http_connections_refused_total", "Connections answered 503 and closed at once: the cap was reached and every open connection was serving a request.", func(s httpserve.Stats) float64 { return float64(s.Refused) }),
+		counter("chargeonce_http_connections_evicted_total", "Idle connections closed to make room for a new one at the cap (an idle-connection flood, or too small a --max-conns).", func(s httpserve.Stats) float64 { return float64(s.Evicted) }),
+	)
 }

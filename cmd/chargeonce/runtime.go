@@ -15,6 +15,7 @@ import (
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/internal/httpserve"
 	"github.com/chargeonce/chargeonce/metrics"
 	"github.com/chargeonce/chargeonce/postgres"
 	"github.com/chargeonce/chargeonce/recovery"
@@ -182,6 +183,10 @@ func (r *runtime) stop() {
 // close releases the store.
 func (r *runtime) close() { r.store.Close() }
 
+// metricsMaxConns caps the connections of --metrics-addr: scrapers and an
+// operator's curl, not clients.
+const metricsMaxConns = 256
+
 // serveMetrics serves GET /metrics (and, with the in-process simulator and a
 // loopback addr, its API under /acquirer/) on a listener of its own at addr.
 // It returns the function that closes it.
@@ -192,11 +197,8 @@ func serveMetrics(ctx context.Context, addr string, rt *runtime, log *slog.Logge
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", rt.metrics.Handler())
-	srv := &http.Server{
-		Handler:           withSimulator(mux, rt.sim, addr),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := httpserve.New(httpserve.Config{Name: "metrics", Handler: withSimulator(mux, rt.sim, addr), Logger: log, MaxConns: metricsMaxConns})
+	rt.metrics.Connections("metrics", srv.Stats)
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("metrics listening", "addr", ln.Addr().String())
 	return func() { _ = srv.Close() }, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/httpapi"
+	"github.com/chargeonce/chargeonce/internal/httpserve"
 )
 
 // shutdownTimeout bounds how long serve waits for requests in flight.
@@ -23,6 +24,7 @@ const shutdownTimeout = 10 * time.Second
 type serveConfig struct {
 	runtimeFlags
 	addr, apiKeys, apiKeysFile, metricsAddr string
+	maxConns                                int
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -32,9 +34,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.apiKeys, "api-keys", "", "API keys as merchant:secret pairs separated by commas (default: merchant demo, key sk_test_demo, loopback only)")
 	fs.StringVar(&c.apiKeysFile, "api-keys-file", "", "a file of API keys, merchant:secret or merchant:sha256:<hex> per line (# comments), so that ps and config repos show no secret, and merchants' own rates (rate acme 200/s burst 400); instead of --api-keys")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own (and not on --addr); default: /metrics on --addr")
+	fs.IntVar(&c.maxConns, "max-conns", httpserve.DefaultMaxConns, "the most connections --addr keeps open; at the cap a new one evicts the longest idle, and is refused (503) when none is idle. Lowered to fit the file descriptor limit")
 	c.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if c.maxConns < 1 {
+		return fmt.Errorf("--max-conns must be at least 1; got %d", c.maxConns)
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
@@ -58,7 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.metricsAddr != "" {
 		apiMetrics = nil // served on its own listener only
 	}
-	api := httpapi.New(httpapi.Config{Engine: rt.engine, Store: rt.store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: rt.metrics})
+	api := httpapi.New(httpapi.Config{Engine: rt.engine, Store: rt.store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: rt.metrics, Rejections: rt.metrics})
 	handler := withSimulator(api, rt.sim, c.addr)
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", c.addr)
@@ -73,13 +79,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer closeMetrics()
 	}
-	srv := &http.Server{
-		Handler:           httpapi.LogRequests(log, handler),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := httpserve.New(httpserve.Config{
+		Name:     "api",
+		Handler:  httpapi.LogRequests(log, handler),
+		Logger:   log,
+		MaxConns: c.maxConns,
+		// A charge may wait for a slot, then for the acquirer.
+		WriteTimeout: c.admissionWait + c.acq.timeout + handlerSlack,
+	})
+	rt.metrics.Connections("api", srv.Stats)
 	rt.start(ctx)
 	defer rt.stop()
 
@@ -88,9 +96,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return serveUntilDone(ctx, srv, ln, log)
 }
 
+// handlerSlack is what a listener's write timeout allows on top of the
+// longest wait a handler knows of (admission, an acquirer call): database
+// writes and a loaded machine.
+const handlerSlack = 30 * time.Second
+
 // serveUntilDone serves on ln until ctx ends, then shuts srv down, giving
 // requests in flight shutdownTimeout to finish.
-func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, log *slog.Logger) error {
+func serveUntilDone(ctx context.Context, srv *httpserve.Server, ln net.Listener, log *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/internal/httpserve"
 	"github.com/chargeonce/chargeonce/recovery"
 )
 
@@ -23,8 +23,12 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&window, "idempotency-window", 0, "how long a reference is remembered; a repeated capture after that moves money again (0: forever)")
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
+	maxConns := fs.Int("max-conns", httpserve.DefaultMaxConns, "the most connections kept open; at the cap a new one evicts the longest idle, and is refused (503) when none is idle")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *maxConns < 1 {
+		return fmt.Errorf("--max-conns must be at least 1; got %d", *maxConns)
 	}
 	log, err := newLogger(stderr, logLevel, *logFormat)
 	if err != nil {
@@ -39,7 +43,8 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
-	srv := &http.Server{Handler: acquirer.Handler(sim), ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserve.New(httpserve.Config{Name: "acquirer", Handler: acquirer.Handler(sim), Logger: log, MaxConns: *maxConns,
+		WriteTimeout: slow + latency + handlerSlack})
 	log.Info("acquirer simulator listening", "addr", ln.Addr().String(), "slow", slow, "latency", latency, "idempotency_window", window)
 	return serveUntilDone(ctx, srv, ln, log)
 }

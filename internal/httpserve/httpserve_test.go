@@ -1,0 +1,203 @@
+package httpserve_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/chargeonce/chargeonce/internal/httpserve"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// serve starts a Server for handler on a loopback port and returns its
+// address.
+func serve(t *testing.T, maxConns int, handler http.Handler) (*httpserve.Server, string) {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httpserve.New(httpserve.Config{Name: "test", Handler: handler, MaxConns: maxConns})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return srv, ln.Addr().String()
+}
+
+var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+
+// get sends GET / on c and returns the status line.
+func get(t *testing.T, c net.Conn) string {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatalf("writing a request: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.Status
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closed reports whether the server closed c (a read sees EOF or a reset).
+func closed(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// waitOpen waits until the server counts n open connections.
+func waitOpen(t *testing.T, srv *httpserve.Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Stats().Open != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("open connections: %+v; want %d", srv.Stats(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCapEvictsLongestIdle: at the cap a new connection is served, and the
+// connection idle the longest (here one that served a request, then waited)
+// is closed to make room.
+func TestCapEvictsLongestIdle(t *testing.T) {
+	t.Parallel()
+	srv, addr := serve(t, 3, ok)
+	conns := make([]net.Conn, 3)
+	for i := range conns {
+		conns[i] = dial(t, addr)
+		if st := get(t, conns[i]); st != "200 OK" {
+			t.Fatalf("conn %d: %s", i, st)
+		}
+	}
+	// conns[1] becomes the most recently active; conns[0] the longest idle.
+	if st := get(t, conns[0]); st != "200 OK" {
+		t.Fatal(st)
+	}
+	get(t, conns[2])
+	get(t, conns[1])
+	waitOpen(t, srv, 3)
+
+	late := dial(t, addr)
+	if st := get(t, late); st != "200 OK" {
+		t.Fatalf("the connection over the cap: %s; want it served", st)
+	}
+	if !closed(conns[0]) {
+		t.Error("the longest idle connection is still open")
+	}
+	if st := get(t, conns[1]); st != "200 OK" {
+		t.Errorf("a recently used connection: %s", st)
+	}
+	st := srv.Stats()
+	t.Logf("stats: %+v", st)
+	if st.Evicted != 1 || st.Refused != 0 || st.Max != 3 || st.Open > 3 {
+		t.Errorf("stats %+v; want 1 evicted, none refused, at most 3 open of 3", st)
+	}
+}
+
+// TestCapRefusesWhenAllBusy: when every connection is serving a request,
+// a new one is answered 503 with Retry-After and closed.
+func TestCapRefusesWhenAllBusy(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv, addr := serve(t, 2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer close(release)
+	for range 2 {
+		c := dial(t, addr)
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st := srv.Stats(); st.Open != 2 || st.Idle != 0; st = srv.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", srv.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c := dial(t, addr)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the refusal: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("refusal: %s, Retry-After %q; want 503 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
+	}
+	if st := srv.Stats(); st.Refused != 1 || st.Evicted != 0 {
+		t.Errorf("stats %+v; want 1 refused", st)
+	}
+}
+
+// TestHeaderLimit: a request whose headers pass MaxHeaderBytes is answered
+// 431 before the server has read much of it; one under it is served.
+func TestHeaderLimit(t *testing.T) {
+	t.Parallel()
+	_, addr := serve(t, 0, ok)
+	for _, tc := range []struct {
+		pad  int
+		want string
+	}{
+		{pad: 2 << 10, want: "200 OK"},
+		{pad: 64 << 10, want: "431 Request Header Fields Too Large"},
+	} {
+		c := dial(t, addr)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		go func() {
+			_, _ = fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", strings.Repeat("a", tc.pad))
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%d-byte header: %v", tc.pad, err)
+		}
+		resp.Body.Close()
+		if resp.Status != tc.want {
+			t.Errorf("%d-byte header: %s; want %s", tc.pad, resp.Status, tc.want)
+		}
+	}
+}
+
+// TestLimits: the server carries the limits every listener shares.
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	srv := httpserve.New(httpserve.Config{Handler: ok, WriteTimeout: 2 * time.Minute})
+	h := srv.HTTP
+	if h.MaxHeaderBytes != httpserve.MaxHeaderBytes || h.ReadHeaderTimeout != httpserve.ReadHeaderTimeout ||
+		h.IdleTimeout != httpserve.IdleTimeout || h.ReadTimeout != httpserve.ReadTimeout || h.WriteTimeout != 2*time.Minute {
+		t.Errorf("limits: headers %d, read-header %s, read %s, write %s, idle %s", h.MaxHeaderBytes, h.ReadHeaderTimeout, h.ReadTimeout, h.WriteTimeout, h.IdleTimeout)
+	}
+	if st := srv.Stats(); st.Max != httpserve.FitDescriptors(httpserve.DefaultMaxConns) {
+		t.Errorf("default cap %d", st.Max)
+	}
+	_ = srv.Shutdown(context.Background())
+}
