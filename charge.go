@@ -1,6 +1,8 @@
 package chargeonce
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,9 +37,12 @@ type Charge struct {
 	Currency       string
 	PaymentToken   string
 	Description    string
-	Status         Status
-	DeclineCode    string
-	CreatedAt      time.Time
+	// Metadata is the client's own key-value pairs, stored and returned
+	// with the charge; nil when it has none.
+	Metadata    map[string]string
+	Status      Status
+	DeclineCode string
+	CreatedAt   time.Time
 }
 
 // Reference is the identifier the acquirer deduplicates on.
@@ -50,6 +55,9 @@ type ChargeRequest struct {
 	Currency     string `json:"currency"`
 	PaymentToken string `json:"payment_token"`
 	Description  string `json:"description,omitempty"`
+	// Metadata is nil when the request has none; Normalize turns an empty
+	// object into nil, so {} and no metadata are the same request.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Merchant is an API client. Idempotency keys and charges are scoped to it.
@@ -61,6 +69,13 @@ type Merchant struct {
 const (
 	MaxPaymentTokenLen = 255
 	MaxDescriptionLen  = 500
+
+	// MaxMetadataEntries, MaxMetadataKeyLen and MaxMetadataValueLen bound
+	// a request's metadata (SPEC "POST /v1/charges"); lengths are in
+	// characters.
+	MaxMetadataEntries  = 20
+	MaxMetadataKeyLen   = 40
+	MaxMetadataValueLen = 500
 )
 
 // Normalize applies defaults and validates the request. Errors are EINVALID
@@ -69,6 +84,10 @@ func (r *ChargeRequest) Normalize() error {
 	if r.Currency == "" {
 		r.Currency = DefaultCurrency
 	}
+	// "brl" is accepted, as Stripe writes it, and means BRL: the stored
+	// and answered currency is always upper case, and the fingerprint is
+	// taken after this, so both spellings are the same request.
+	r.Currency = upperASCII(r.Currency)
 	if r.OrderID <= 0 {
 		return FieldError("order_id", "order_id must be a positive 64-bit integer")
 	}
@@ -76,7 +95,7 @@ func (r *ChargeRequest) Normalize() error {
 		return FieldError("amount_cents", "amount_cents must be a positive 64-bit integer")
 	}
 	if !validCurrency(r.Currency) {
-		return FieldError("currency", "currency must be an upper-case ISO 4217 code such as BRL or USD; got %q", r.Currency)
+		return FieldError("currency", "currency must be an ISO 4217 code such as BRL or USD; got %q", r.Currency)
 	}
 	if n := len(r.PaymentToken); n == 0 || n > MaxPaymentTokenLen {
 		return FieldError("payment_token", "payment_token must be 1 to %d visible characters", MaxPaymentTokenLen)
@@ -92,7 +111,46 @@ func (r *ChargeRequest) Normalize() error {
 	if n := utf8.RuneCountInString(r.Description); n > MaxDescriptionLen {
 		return FieldError("description", "description must be at most %d characters; got %d", MaxDescriptionLen, n)
 	}
+	return r.normalizeMetadata()
+}
+
+func (r *ChargeRequest) normalizeMetadata() error {
+	if len(r.Metadata) == 0 {
+		r.Metadata = nil
+		return nil
+	}
+	if n := len(r.Metadata); n > MaxMetadataEntries {
+		return FieldError("metadata", "metadata must have at most %d entries; got %d", MaxMetadataEntries, n)
+	}
+	for k, v := range r.Metadata {
+		if !ValidText(k) || !ValidText(v) {
+			return FieldError("metadata", "metadata[%q] must be valid UTF-8 without U+0000", k)
+		}
+		if n := utf8.RuneCountInString(k); n == 0 || n > MaxMetadataKeyLen {
+			return FieldError("metadata", "metadata keys must be 1 to %d characters; %q has %d", MaxMetadataKeyLen, k, n)
+		}
+		if n := utf8.RuneCountInString(v); n > MaxMetadataValueLen {
+			return FieldError("metadata", "metadata[%q] must be at most %d characters; got %d", k, MaxMetadataValueLen, n)
+		}
+	}
 	return nil
+}
+
+// upperASCII upper-cases the ASCII letters of s, leaving anything else
+// (which validCurrency then refuses) as it is.
+func upperASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'a' && c <= 'z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'a' && b[j] <= 'z' {
+					b[j] -= 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
 }
 
 func validCurrency(c string) bool {
@@ -136,5 +194,41 @@ func (p *KeyInsertParams) CheckText() error {
 			return FieldError(f.name, "%s must be valid UTF-8 without U+0000", f.name)
 		}
 	}
+	for k, v := range p.Charge.Metadata {
+		if !ValidText(k) || !ValidText(v) {
+			return FieldError("metadata", "metadata must be valid UTF-8 without U+0000")
+		}
+	}
 	return nil
+}
+
+// MetadataText is how both stores keep a charge's metadata: the JSON text
+// of the object, keys sorted; nil when the charge has none, so a charge
+// without metadata stores NULL as before metadata existed.
+func MetadataText(m map[string]string) *string {
+	if len(m) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(m) // sorts the keys
+	if err != nil {
+		panic("chargeonce: encoding metadata: " + err.Error()) // a map of strings always encodes
+	}
+	s := string(b)
+	return &s
+}
+
+// ParseMetadataText is MetadataText's inverse; NULL (nil) and "" are no
+// metadata.
+func ParseMetadataText(s *string) (map[string]string, error) {
+	if s == nil || *s == "" {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(*s), &m); err != nil {
+		return nil, fmt.Errorf("decoding stored metadata: %w", err)
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
 }

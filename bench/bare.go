@@ -151,7 +151,7 @@ func (c *pgCore) charge(ctx context.Context, key string, req *chargeRequest) (in
 	id, token := c.ids.next()
 	rows, err := c.pool.Query(ctx, postgres.Statements.KeyInsert,
 		merchant, key, bareFingerprint, token, bareLease, id,
-		req.OrderID, req.AmountCents, req.Currency, req.PaymentToken, req.Description)
+		req.OrderID, req.AmountCents, req.Currency, req.PaymentToken, req.Description, nil)
 	if err != nil {
 		return 0, nil, fmt.Errorf("inserting key: %w", err)
 	}

@@ -26,13 +26,16 @@ type ChargeRequest struct {
 	// OrderID and AmountCents are positive; both are required.
 	OrderID     int64 `json:"order_id"`
 	AmountCents int64 `json:"amount_cents"`
-	// Currency is an upper-case ISO 4217 code; empty means the service's
-	// default (BRL).
+	// Currency is an ISO 4217 code in any letter case (the service answers
+	// it upper case); empty means the service's default (BRL).
 	Currency string `json:"currency,omitempty"`
 	// PaymentToken stands for the card; required.
 	PaymentToken string `json:"payment_token"`
 	// Description is optional, at most 500 characters.
 	Description string `json:"description,omitempty"`
+	// Metadata is optional: at most 20 string values, keys 1 to 40
+	// characters, values at most 500, stored and returned with the charge.
+	Metadata map[string]string `json:"metadata,omitempty"`
 
 	// IdempotencyKey identifies the intent. Leave it empty and CreateCharge
 	// makes a random one for this call, used on all of the call's attempts.
@@ -55,6 +58,8 @@ type Charge struct {
 	// DeclineCode is set when Status is declined (JSON null otherwise).
 	DeclineCode string    `json:"decline_code"`
 	CreatedAt   time.Time `json:"created_at"`
+	// Metadata is what the request carried; nil when it had none.
+	Metadata map[string]string `json:"metadata,omitempty"`
 
 	// Replayed is true when the service answered with the response it had
 	// stored for this key (the Idempotent-Replayed: true header): the
@@ -77,14 +82,15 @@ func (c Charge) MarshalJSON() ([]byte, error) {
 		decline = &c.DeclineCode
 	}
 	return json.Marshal(struct {
-		ID          string    `json:"id"`
-		OrderID     int64     `json:"order_id"`
-		AmountCents int64     `json:"amount_cents"`
-		Currency    string    `json:"currency"`
-		Status      Status    `json:"status"`
-		DeclineCode *string   `json:"decline_code"`
-		CreatedAt   time.Time `json:"created_at"`
-	}{c.ID, c.OrderID, c.AmountCents, c.Currency, c.Status, decline, c.CreatedAt})
+		ID          string            `json:"id"`
+		OrderID     int64             `json:"order_id"`
+		AmountCents int64             `json:"amount_cents"`
+		Currency    string            `json:"currency"`
+		Status      Status            `json:"status"`
+		DeclineCode *string           `json:"decline_code"`
+		CreatedAt   time.Time         `json:"created_at"`
+		Metadata    map[string]string `json:"metadata,omitempty"`
+	}{c.ID, c.OrderID, c.AmountCents, c.Currency, c.Status, decline, c.CreatedAt, c.Metadata})
 }
 
 // NewIdempotencyKey returns a random UUIDv4 (RFC 9562), the kind of key

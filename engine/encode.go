@@ -2,6 +2,8 @@ package engine
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -53,8 +55,22 @@ func EncodeCharge(ch *chargeonce.Charge) []byte {
 	}
 	b = append(b, `,"created_at":"`...)
 	b = ch.CreatedAt.UTC().AppendFormat(b, time.RFC3339)
-	b = append(b, `"}`...)
-	return b
+	b = append(b, '"')
+	if len(ch.Metadata) > 0 {
+		// Only a charge that has metadata shows it, so the bytes of every
+		// other charge are what they were before metadata existed.
+		b = append(b, `,"metadata":{`...)
+		for i, k := range slices.Sorted(maps.Keys(ch.Metadata)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendString(b, ch.Metadata[k])
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
 }
 
 // appendString appends s as a JSON string. Plain ASCII, which is what ids,

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/json"
+	"maps"
 	"testing"
 	"time"
 
@@ -25,6 +26,9 @@ func TestEncodeChargeIsTheChargeObject(t *testing.T) {
 		"declined": func(c *chargeonce.Charge) { c.Status, c.DeclineCode = chargeonce.StatusDeclined, "insufficient_funds" },
 		"escaped":  func(c *chargeonce.Charge) { c.ID, c.DeclineCode = `ch_"<&>\`+"\x01é", "a\"b" },
 		"zone":     func(c *chargeonce.Charge) { c.CreatedAt = c.CreatedAt.In(time.FixedZone("BRT", -3*3600)) },
+		"metadata": func(c *chargeonce.Charge) {
+			c.Metadata = map[string]string{"order_ref": "A-1", "note": `"<é>"\` + "\x01", "": ""}
+		},
 	} {
 		c := sampleCharge()
 		mod(&c)
@@ -39,7 +43,7 @@ func TestEncodeChargeIsTheChargeObject(t *testing.T) {
 		}
 		if got.ID != want.ID || got.OrderID != want.OrderID || got.AmountCents != want.AmountCents || got.Currency != want.Currency ||
 			got.Status != want.Status || got.CreatedAt != want.CreatedAt || (got.DeclineCode == nil) != (want.DeclineCode == nil) ||
-			(got.DeclineCode != nil && *got.DeclineCode != *want.DeclineCode) {
+			(got.DeclineCode != nil && *got.DeclineCode != *want.DeclineCode) || !maps.Equal(got.Metadata, c.Metadata) {
 			t.Errorf("%s: got %+v, want %+v", name, got, want)
 		}
 	}
@@ -92,11 +96,12 @@ func BenchmarkFinalResponseDeclined(b *testing.B) {
 
 // chargeJSON is the public charge object as a client decodes it.
 type chargeJSON struct {
-	ID          string  `json:"id"`
-	OrderID     int64   `json:"order_id"`
-	AmountCents int64   `json:"amount_cents"`
-	Currency    string  `json:"currency"`
-	Status      string  `json:"status"`
-	DeclineCode *string `json:"decline_code"`
-	CreatedAt   string  `json:"created_at"`
+	ID          string            `json:"id"`
+	OrderID     int64             `json:"order_id"`
+	AmountCents int64             `json:"amount_cents"`
+	Currency    string            `json:"currency"`
+	Status      string            `json:"status"`
+	DeclineCode *string           `json:"decline_code"`
+	CreatedAt   string            `json:"created_at"`
+	Metadata    map[string]string `json:"metadata"`
 }

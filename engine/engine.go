@@ -266,6 +266,7 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 			Currency:       req.Currency,
 			PaymentToken:   req.PaymentToken,
 			Description:    req.Description,
+			Metadata:       req.Metadata,
 		},
 	})
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/metrics"
 	"github.com/chargeonce/chargeonce/replaycache"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // pendingDivergences are answers where the document follows SPEC and the
@@ -382,7 +383,7 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 	want(post(key("auth"), chargeBody(orderSeq.Add(1), "tok_ok"), map[string]string{"Authorization": "Bearer sk_wrong"}, false), 401, "unknown API key")
 	want(c.exchange(base, "GET", "/v1/charges/{id}", "/v1/charges/"+ch.ID, nil, map[string]string{"Authorization": "Basic eDp5"}, false), 401, "GET with a Basic credential")
 	want(c.exchange(base, "GET", "/v1/charges", "/v1/charges?order_id=1", nil, map[string]string{"Authorization": ""}, false), 401, "list without a key")
-	big := fmt.Sprintf(`{"order_id": 1, "amount_cents": 1, "payment_token": "tok_ok", "description": %q}`, strings.Repeat("x", httpapi.MaxBodyBytes))
+	big := fmt.Sprintf(`{"order_id": 1, "amount_cents": 1, "payment_token": "tok_ok", "description": %q}`, strings.Repeat("x", wire.MaxBodyBytes))
 	want(post(key("big"), big, nil, false), 413, "body over 64 KiB")
 	want(c.exchange(base, "GET", "/v1/charges/{id}", "/v1/charges/ch_00000000000000000000000000", nil, nil, true), 404, "no such charge")
 	want(c.exchange(base, "GET", "/v1/charges/{id}", "/v1/charges/"+ch.ID, nil, map[string]string{"Authorization": "Bearer " + apitest.OtherAPIKey}, true), 404, "another merchant's charge")

@@ -16,9 +16,9 @@ import (
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/engine"
-	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/idempotency"
 	"github.com/chargeonce/chargeonce/internal/apitest"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // retryAfter returns r's Retry-After in whole seconds, failing the test
@@ -390,7 +390,7 @@ func TestRetryAfterFromRemainingLease(t *testing.T) {
 			// ends in about 3 s, and nobody driving it.
 			order := orderSeq.Add(1)
 			body := chargeBody(order, "tok_ok")
-			req, err := httpapi.DecodeChargeRequest([]byte(body))
+			req, err := wire.DecodeChargeRequest([]byte(body))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/metrics"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // TestRejectedRequestsAreCounted (SPEC "Operations"): 400s, 401s, 413s and
@@ -45,7 +46,7 @@ func TestRejectedRequestsAreCounted(t *testing.T) {
 	}
 	send("POST", "/v1/charges", good, "", chargeBody(1, "tok_ok"))
 	send("POST", "/v1/charges", good, "k1", `{"order_id":1,"nope":1}`)
-	send("POST", "/v1/charges", good, "k2", strings.Repeat(" ", httpapi.MaxBodyBytes+1))
+	send("POST", "/v1/charges", good, "k2", strings.Repeat(" ", wire.MaxBodyBytes+1))
 	send("GET", "/v1/charges?order_id=-1", good, "", "")
 	send("DELETE", "/v1/charges/ch_secret_path_part", good, "", "")
 

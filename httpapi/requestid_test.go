@@ -14,6 +14,7 @@ import (
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/internal/apitest"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 var requestIDRE = regexp.MustCompile(`^req_[A-Z2-7]{26}$`)
@@ -92,7 +93,7 @@ func TestEveryAnswerHasARequestID(t *testing.T) {
 			}
 			do("POST", "/v1/charges", "", chargeBody(orderSeq.Add(1), "tok_ok"), 400)
 			do("POST", "/v1/charges", "rid-3", `{"order_id":1,"nope":2}`, 400)
-			do("POST", "/v1/charges", "rid-4", strings.Repeat(" ", httpapi.MaxBodyBytes+1), 413)
+			do("POST", "/v1/charges", "rid-4", strings.Repeat(" ", wire.MaxBodyBytes+1), 413)
 			do("GET", "/v1/charges/ch_nope", "", "", 404)
 			do("DELETE", "/v1/charges", "", "", 405)
 			do("GET", "/nowhere", "", "", 404)

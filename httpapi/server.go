@@ -3,24 +3,21 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // MaxBodyBytes is the largest request body accepted (413 above it).
-const MaxBodyBytes = 64 << 10
+const MaxBodyBytes = wire.MaxBodyBytes
 
 // Server serves the API. Build it with New.
 type Server struct {
@@ -106,7 +103,7 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	req, err := DecodeChargeRequest(body)
+	req, err := wire.DecodeChargeRequest(body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -186,89 +183,15 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 // ETOOLARGE.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
-		return nil, tooLarge()
+		return nil, wire.TooLarge()
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge()
+			return nil, wire.TooLarge()
 		}
 		return nil, chargeonce.Errorf(chargeonce.EINVALID, "the body could not be read: %v", err)
 	}
 	return body, nil
-}
-
-// DecodeChargeRequest decodes and validates the body of a charge request
-// exactly as POST /v1/charges does, defaults applied. Every transport (the
-// HTTP API, the queue worker) goes through it, so the same bytes get the same
-// answer however they arrive. Errors are EINVALID (naming the field) or
-// ETOOLARGE.
-func DecodeChargeRequest(body []byte) (chargeonce.ChargeRequest, error) {
-	var req chargeonce.ChargeRequest
-	if len(body) > MaxBodyBytes {
-		return req, tooLarge()
-	}
-	if err := checkText(body); err != nil {
-		return req, err
-	}
-	if err := decodeJSON(body, &req); err != nil {
-		return req, err
-	}
-	if err := req.Normalize(); err != nil {
-		return req, err
-	}
-	return req, nil
-}
-
-// decodeJSON decodes one JSON object from body into dst, strictly: unknown
-// fields, wrong types, overflowing integers and trailing data are EINVALID
-// errors that name the field.
-func decodeJSON(body []byte, dst any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			return chargeonce.Errorf(chargeonce.EINVALID, "the body must hold exactly one JSON object; found data after it")
-		}
-		return nil
-	}
-	var (
-		se *json.SyntaxError
-		te *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.Is(err, io.EOF):
-		return chargeonce.Errorf(chargeonce.EINVALID, "the body is empty; send a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return chargeonce.Errorf(chargeonce.EINVALID, "the body is malformed JSON: it ends too early")
-	case errors.As(err, &se):
-		return chargeonce.Errorf(chargeonce.EINVALID, "the body is malformed JSON at byte %d: %s", se.Offset, se.Error())
-	case errors.As(err, &te):
-		if te.Field == "" {
-			return chargeonce.Errorf(chargeonce.EINVALID, "the body must be a JSON object, not %s", te.Value)
-		}
-		return chargeonce.FieldError(te.Field, "%s must be %s; got %s", te.Field, expected(te), te.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return chargeonce.FieldError(name, "unknown field %q", name)
-	default:
-		return chargeonce.Errorf(chargeonce.EINVALID, "the body could not be decoded: %v", err)
-	}
-}
-
-func expected(te *json.UnmarshalTypeError) string {
-	switch te.Type.Kind().String() {
-	case "int64", "int", "int32":
-		return "a positive 64-bit integer"
-	case "string":
-		return "a string"
-	default:
-		return fmt.Sprintf("a JSON %s", te.Type.Kind())
-	}
-}
-
-func tooLarge() error {
-	return chargeonce.Errorf(chargeonce.ETOOLARGE, "the body is larger than %d bytes", MaxBodyBytes)
 }

@@ -3,6 +3,8 @@ package idempotency
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/chargeonce/chargeonce"
@@ -14,6 +16,12 @@ import (
 // JSON do not matter: the fingerprint is computed over the decoded fields in
 // a fixed order, each length-prefixed so no two different requests can
 // collide by concatenation.
+//
+// Metadata is appended only when the request has some, after a marker no
+// other field can produce (the fields before it end in a length-prefixed
+// string), with its entries sorted by key: so a request without metadata
+// keeps the fingerprint it had before metadata existed, and keys stored
+// then still recognise their retries.
 func Fingerprint(method, path string, r *chargeonce.ChargeRequest) string {
 	var buf [512]byte
 	b := buf[:0]
@@ -26,6 +34,14 @@ func Fingerprint(method, path string, r *chargeonce.ChargeRequest) string {
 	b = appendField(b, r.Currency)
 	b = appendField(b, r.PaymentToken)
 	b = appendField(b, r.Description)
+	if len(r.Metadata) > 0 {
+		b = append(b, "\x00metadata"...)
+		b = strconv.AppendInt(b, int64(len(r.Metadata)), 10)
+		for _, k := range slices.Sorted(maps.Keys(r.Metadata)) {
+			b = appendField(b, k)
+			b = appendField(b, r.Metadata[k])
+		}
+	}
 	sum := sha256.Sum256(b)
 	return base64.RawStdEncoding.EncodeToString(sum[:])
 }

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -60,25 +61,37 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
+// metadata is the metadata of one entry k: v, none when k is "" (requests
+// as Normalize leaves them: no empty maps).
+func metadata(k, v string) map[string]string {
+	if k == "" {
+		return nil
+	}
+	return map[string]string{k: v}
+}
+
 // FuzzFingerprint: equal requests have equal fingerprints, and requests that
 // differ in any field — including bytes moved across a field boundary —
 // have different ones.
 func FuzzFingerprint(f *testing.F) {
-	f.Add(int64(1), int64(100), "BRL", "tok_ok", "", int64(1), int64(100), "BRL", "tok_ok", "")
-	f.Add(int64(1), int64(100), "BRL", "tok_o", "k", int64(1), int64(100), "BRL", "tok_ok", "")
-	f.Add(int64(12), int64(3), "BRL", "t", "", int64(1), int64(23), "BRL", "t", "")
-	f.Add(int64(1), int64(100), "BRL", "1:a", "", int64(1), int64(100), "BRL", "1", ":a")
-	f.Add(int64(-1), int64(0), "", "", "\x00", int64(-1), int64(0), "", "", "")
-	f.Add(int64(1), int64(1), "US", "D", "x", int64(1), int64(1), "USD", "", "x")
-	f.Fuzz(func(t *testing.T, o1, a1 int64, c1, p1, d1 string, o2, a2 int64, c2, p2, d2 string) {
-		r1 := chargeonce.ChargeRequest{OrderID: o1, AmountCents: a1, Currency: c1, PaymentToken: p1, Description: d1}
-		r2 := chargeonce.ChargeRequest{OrderID: o2, AmountCents: a2, Currency: c2, PaymentToken: p2, Description: d2}
+	f.Add(int64(1), int64(100), "BRL", "tok_ok", "", "", "", int64(1), int64(100), "BRL", "tok_ok", "", "", "")
+	f.Add(int64(1), int64(100), "BRL", "tok_o", "k", "", "", int64(1), int64(100), "BRL", "tok_ok", "", "", "")
+	f.Add(int64(12), int64(3), "BRL", "t", "", "", "", int64(1), int64(23), "BRL", "t", "", "", "")
+	f.Add(int64(1), int64(100), "BRL", "1:a", "", "", "", int64(1), int64(100), "BRL", "1", ":a", "", "")
+	f.Add(int64(-1), int64(0), "", "", "\x00", "", "", int64(-1), int64(0), "", "", "", "", "")
+	f.Add(int64(1), int64(1), "US", "D", "x", "", "", int64(1), int64(1), "USD", "", "x", "", "")
+	f.Add(int64(1), int64(1), "BRL", "t", "", "a", "b", int64(1), int64(1), "BRL", "t", "", "", "")
+	f.Add(int64(1), int64(1), "BRL", "t", "", "a", "", int64(1), int64(1), "BRL", "t", "", "", "")
+	f.Add(int64(1), int64(1), "BRL", "t", "x", "", "", int64(1), int64(1), "BRL", "t", "", "x", "")
+	f.Fuzz(func(t *testing.T, o1, a1 int64, c1, p1, d1, k1, v1 string, o2, a2 int64, c2, p2, d2, k2, v2 string) {
+		r1 := chargeonce.ChargeRequest{OrderID: o1, AmountCents: a1, Currency: c1, PaymentToken: p1, Description: d1, Metadata: metadata(k1, v1)}
+		r2 := chargeonce.ChargeRequest{OrderID: o2, AmountCents: a2, Currency: c2, PaymentToken: p2, Description: d2, Metadata: metadata(k2, v2)}
 		f1 := Fingerprint("POST", "/v1/charges", &r1)
 		if again := r1; Fingerprint("POST", "/v1/charges", &again) != f1 {
 			t.Fatalf("equal requests %+v have different fingerprints", r1)
 		}
-		if f2 := Fingerprint("POST", "/v1/charges", &r2); (f1 == f2) != (r1 == r2) {
-			t.Fatalf("requests %+v and %+v: equal=%v but fingerprints equal=%v", r1, r2, r1 == r2, f1 == f2)
+		if f2 := Fingerprint("POST", "/v1/charges", &r2); (f1 == f2) != reflect.DeepEqual(r1, r2) {
+			t.Fatalf("requests %+v and %+v: equal=%v but fingerprints equal=%v", r1, r2, reflect.DeepEqual(r1, r2), f1 == f2)
 		}
 		if Fingerprint("PUT", "/v1/charges", &r1) == f1 || Fingerprint("POST", "/v1/charges/", &r1) == f1 {
 			t.Fatalf("method or path not part of the fingerprint")

@@ -70,6 +70,10 @@ func TestFingerprint(t *testing.T) {
 		// Length prefixes keep field boundaries: moving bytes between two
 		// adjacent strings changes the fingerprint.
 		"boundary": func(r *chargeonce.ChargeRequest) { r.PaymentToken = "tok_o"; r.Description = "k" },
+		"metadata": func(r *chargeonce.ChargeRequest) { r.Metadata = map[string]string{"a": "b"} },
+		"metadata moved into the description": func(r *chargeonce.ChargeRequest) {
+			r.Description = "\x00metadata11:a1:b"
+		},
 	} {
 		r := base
 		mod(&r)
@@ -77,8 +81,37 @@ func TestFingerprint(t *testing.T) {
 			t.Errorf("changing %s kept the fingerprint", name)
 		}
 	}
+	m1 := base
+	m1.Metadata = map[string]string{"a": "1", "b": "2"}
+	m2 := base
+	m2.Metadata = map[string]string{"b": "2", "a": "1"}
+	m3 := base
+	m3.Metadata = map[string]string{"a": "1", "b": "3"}
+	if Fingerprint("POST", "/v1/charges", &m1) != Fingerprint("POST", "/v1/charges", &m2) {
+		t.Error("equal metadata have different fingerprints")
+	}
+	if Fingerprint("POST", "/v1/charges", &m1) == Fingerprint("POST", "/v1/charges", &m3) {
+		t.Error("changing a metadata value kept the fingerprint")
+	}
 	if Fingerprint("PUT", "/v1/charges", &base) == fp {
 		t.Error("the method is not part of the fingerprint")
+	}
+}
+
+// TestFingerprintWithoutMetadataUnchanged: a request without metadata has
+// the fingerprint it had before metadata existed (the value below was
+// computed by the code of that time), so records stored then still
+// recognise their retries instead of answering 422.
+func TestFingerprintWithoutMetadataUnchanged(t *testing.T) {
+	t.Parallel()
+	r := chargeonce.ChargeRequest{OrderID: 123, AmountCents: 25000, Currency: "BRL", PaymentToken: "tok_ok", Description: "order 123"}
+	const want = "naoi88EOMYRgMRils4fs3fgNKqrsVwo104u3YyUMxCc"
+	if got := Fingerprint("POST", "/v1/charges", &r); got != want {
+		t.Fatalf("fingerprint = %s, want %s", got, want)
+	}
+	r.Metadata = map[string]string{}
+	if got := Fingerprint("POST", "/v1/charges", &r); got != want {
+		t.Fatalf("with empty metadata: fingerprint = %s, want %s", got, want)
 	}
 }
 

@@ -36,9 +36,9 @@ import (
 const keyInsertBatchSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
-		$7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::text[])
+		$7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[])
 		WITH ORDINALITY AS t(merchant_id, key, fingerprint, token, lease_us, charge_id,
-			order_id, amount_cents, currency, payment_token, description, n)
+			order_id, amount_cents, currency, payment_token, description, metadata, n)
 ), k AS (
 	INSERT INTO idempotency_keys
 		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
@@ -49,8 +49,8 @@ WITH input AS (
 	RETURNING charge_id, lease_until, created_at
 ), c AS (
 	INSERT INTO charges
-		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status)
-	SELECT i.charge_id, i.merchant_id, i.key, i.order_id, i.amount_cents, i.currency, i.payment_token, i.description, 'processing'
+		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status, metadata)
+	SELECT i.charge_id, i.merchant_id, i.key, i.order_id, i.amount_cents, i.currency, i.payment_token, i.description, 'processing', i.metadata
 	FROM input i WHERE i.charge_id IN (SELECT charge_id FROM k)
 )
 SELECT i.n, true,
@@ -60,7 +60,7 @@ SELECT i.n, true,
 	0, NULL::integer, NULL::bytea, k.created_at, NULL::timestamptz, interval '0', false,
 	i.charge_id, i.merchant_id, i.key, i.order_id, i.amount_cents,
 	i.currency, i.payment_token, i.description, 'processing', NULL::text,
-	k.created_at
+	k.created_at, i.metadata
 FROM k JOIN input i ON i.charge_id = k.charge_id
 UNION ALL
 SELECT i.n, false, ` + recordColumns + `
@@ -92,10 +92,10 @@ WITH k AS (
 	RETURNING charge_id, lease_until, created_at
 ), c AS (
 	INSERT INTO charges
-		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status)
-	SELECT i.charge_id, i.merchant_id, i.key, i.order_id, i.amount_cents, i.currency, i.payment_token, i.description, 'processing'
-	FROM unnest($6::text[], $1::text[], $2::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::text[])
-		AS i(charge_id, merchant_id, key, order_id, amount_cents, currency, payment_token, description)
+		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status, metadata)
+	SELECT i.charge_id, i.merchant_id, i.key, i.order_id, i.amount_cents, i.currency, i.payment_token, i.description, 'processing', i.metadata
+	FROM unnest($6::text[], $1::text[], $2::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[])
+		AS i(charge_id, merchant_id, key, order_id, amount_cents, currency, payment_token, description, metadata)
 	WHERE i.charge_id IN (SELECT charge_id FROM k)
 )
 SELECT charge_id, lease_until, created_at FROM k`
@@ -256,6 +256,7 @@ func insertBatch(jobs []*insertJob) (sql string, args []any, read func(pgx.Rows)
 		merchants, keys, fps, tokens     []string
 		chargeIDs, currencies, payTokens []string
 		descriptions                     []string
+		metadata                         []*string
 		leases, orders, amounts          []int64
 	)
 	for i, j := range jobs {
@@ -278,13 +279,14 @@ func insertBatch(jobs []*insertJob) (sql string, args []any, read func(pgx.Rows)
 		currencies = append(currencies, ch.Currency)
 		payTokens = append(payTokens, ch.PaymentToken)
 		descriptions = append(descriptions, ch.Description)
+		metadata = append(metadata, chargeonce.MetadataText(ch.Metadata))
 	}
 	type outcome struct {
 		rec               chargeonce.KeyRecord
 		inserted, expired bool
 		got               bool
 	}
-	args = []any{merchants, keys, fps, tokens, leases, chargeIDs, orders, amounts, currencies, payTokens, descriptions}
+	args = []any{merchants, keys, fps, tokens, leases, chargeIDs, orders, amounts, currencies, payTokens, descriptions, metadata}
 	if len(sent) == len(jobs) {
 		return keyInsertNewBatchSQL, args, func(rows pgx.Rows) error {
 			defer rows.Close()

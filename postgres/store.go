@@ -178,7 +178,7 @@ const recordColumns = `
 	COALESCE(k.expires_at <= now(), false),
 	c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
 	c.currency, c.payment_token, c.description, c.status, c.decline_code,
-	c.created_at`
+	c.created_at, c.metadata`
 
 // scanRecord scans recordColumns, optionally preceded by extra columns.
 // expired reports whether the record was past its expiry when read.
@@ -190,6 +190,7 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 		chStatus    string
 		declineCode *string
 		remaining   int64 // µs
+		metadata    *string
 	)
 	dest := append(extra,
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
@@ -198,9 +199,12 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 		&rec.ExpiresIn, &expired,
 		&rec.Charge.ID, &rec.Charge.MerchantID, &rec.Charge.IdempotencyKey, &rec.Charge.OrderID, &rec.Charge.AmountCents,
 		&rec.Charge.Currency, &rec.Charge.PaymentToken, &rec.Charge.Description, &chStatus, &declineCode,
-		&rec.Charge.CreatedAt,
+		&rec.Charge.CreatedAt, &metadata,
 	)
 	if err := row.Scan(dest...); err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	if rec.Charge.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
 	rec.State = chargeonce.KeyState(state)
@@ -236,8 +240,8 @@ WITH k AS (
 	RETURNING *
 ), c AS (
 	INSERT INTO charges
-		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status)
-	SELECT $6, $1, $2, $7, $8, $9, $10, $11, 'processing' FROM k
+		(id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status, metadata)
+	SELECT $6, $1, $2, $7, $8, $9, $10, $11, 'processing', $12 FROM k
 	RETURNING *
 )
 SELECT true, ` + recordColumns + `
@@ -361,6 +365,7 @@ func (s *Store) insertOne(ctx context.Context, p chargeonce.KeyInsertParams) (re
 	rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyInsertSQL,
 		ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID,
 		ch.OrderID, ch.AmountCents, ch.Currency, ch.PaymentToken, ch.Description,
+		chargeonce.MetadataText(ch.Metadata),
 	), &inserted)
 	if err == nil && !inserted && rec.Token == p.Token {
 		// Our own record: a batch this attempt was in committed it before
@@ -614,17 +619,21 @@ WHERE state = 'processing' AND (lease_until <= now() OR recovery_attempts > 0)`)
 
 const chargeColumns = `
 	id, merchant_id, idempotency_key, order_id, amount_cents,
-	currency, payment_token, description, status, decline_code, created_at`
+	currency, payment_token, description, status, decline_code, created_at, metadata`
 
 func scanCharge(row pgx.Row) (chargeonce.Charge, error) {
 	var (
 		c           chargeonce.Charge
 		status      string
 		declineCode *string
+		metadata    *string
 	)
 	err := row.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt)
+		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata)
 	if err != nil {
+		return chargeonce.Charge{}, err
+	}
+	if c.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
 		return chargeonce.Charge{}, err
 	}
 	c.Status = chargeonce.Status(status)

@@ -8,10 +8,10 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
-	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/idempotency"
 	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/queue"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // TestMaxDeliverInFlightHandedToOutbox: an attempt elsewhere holds the key
@@ -22,7 +22,7 @@ func TestMaxDeliverInFlightHandedToOutbox(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	seen := countingSub(t, e.nc)
-	req, err := httpapi.DecodeChargeRequest([]byte(body(41, "tok_ok")))
+	req, err := wire.DecodeChargeRequest([]byte(body(41, "tok_ok")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -299,6 +299,8 @@ func TestPoisonDeadLettered(t *testing.T) {
 		{"malformed JSON", "p-json", `{"order_id": 13,`, chargeonce.EINVALID},
 		{"invalid field", "p-field", `{"order_id": 14, "amount_cents": -5, "payment_token": "tok_ok"}`, chargeonce.EINVALID},
 		{"unknown field", "p-unknown", `{"order_id": 15, "amount_cents": 5, "payment_token": "tok_ok", "tip": 1}`, chargeonce.EINVALID},
+		{"name in another case", "p-case", `{"order_id": 17, "amount_cents": 25000, "payment_token": "tok_ok", "Amount_Cents": 1}`, chargeonce.EINVALID},
+		{"duplicate name", "p-dup", `{"order_id": 18, "amount_cents": 1, "amount_cents": 999999, "payment_token": "tok_ok"}`, chargeonce.EINVALID},
 	}
 	e.send("good-1", body(10, "tok_ok"), "")
 	for _, p := range poisons {
@@ -306,7 +308,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	}
 	e.send("good-2", body(16, "tok_ok"), "")
 
-	g := e.waitResults(20*time.Second, "good-1", "good-2", "p-json", "p-field", "p-unknown", "bad key")
+	g := e.waitResults(20*time.Second, "good-1", "good-2", "p-json", "p-field", "p-unknown", "p-case", "p-dup", "bad key")
 	for _, k := range []string{"good-1", "good-2"} {
 		if s := g[k][0].status(); s != "201" {
 			t.Fatalf("%s: status %s, want 201", k, s)

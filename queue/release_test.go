@@ -11,10 +11,10 @@ import (
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/engine"
-	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/internal/natstest"
 	"github.com/chargeonce/chargeonce/queue"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // gatedAcquirer holds every capture of tokHold until gate is closed.
@@ -141,7 +141,7 @@ func TestOutboxReleaseKeepsNotify(t *testing.T) {
 
 func decode(t *testing.T, b string) chargeonce.ChargeRequest {
 	t.Helper()
-	req, err := httpapi.DecodeChargeRequest([]byte(b))
+	req, err := wire.DecodeChargeRequest([]byte(b))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // Defaults of WorkerOptions.
@@ -239,7 +240,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 	if err := CheckMerchant(merchant); err != nil {
 		return w.poison(wctx, msg, merchant, key, seq, err), redelivered
 	}
-	req, err := httpapi.DecodeChargeRequest(msg.Data())
+	req, err := wire.DecodeChargeRequest(msg.Data())
 	if err != nil {
 		return w.poison(wctx, msg, merchant, key, seq, err), redelivered
 	}

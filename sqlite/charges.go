@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 
 	"github.com/chargeonce/chargeonce"
 )
@@ -13,14 +14,14 @@ const (
 	// chargeColumnsC are the columns chargeRow reads, for a query that
 	// names charges "c".
 	chargeColumnsC = `c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
-	c.currency, c.payment_token, c.description, c.status, c.decline_code, c.created_at`
+	c.currency, c.payment_token, c.description, c.status, c.decline_code, c.created_at, c.metadata`
 
 	// sqlChargeInsert inserts a new intent's processing charge; ?9 is the
 	// record's created_at, so the charge and its record share one instant.
 	sqlChargeInsert = `INSERT INTO charges
 	(id, merchant_id, idempotency_key, order_id, amount_cents, currency,
-	 payment_token, description, status, decline_code, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'processing', NULL, ?9, ?9)`
+	 payment_token, description, status, decline_code, created_at, updated_at, metadata)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'processing', NULL, ?9, ?9, ?10)`
 
 	sqlChargeComplete = `UPDATE charges
 SET status = ?2, decline_code = nullif(?3, ''), updated_at = ` + nowMicros + `
@@ -50,8 +51,30 @@ func (r *chargeRow) dest() []any {
 	return []any{
 		&r.c.ID, &r.c.MerchantID, &r.c.IdempotencyKey, &r.c.OrderID, &r.c.AmountCents,
 		&r.c.Currency, &r.c.PaymentToken, &r.c.Description, &r.status, &r.declineCode,
-		&r.createdAt,
+		&r.createdAt, metadataColumn{&r.c.Metadata},
 	}
+}
+
+// metadataColumn scans the metadata column (chargeonce.MetadataText) into
+// a charge's Metadata.
+type metadataColumn struct{ m *map[string]string }
+
+// Scan implements sql.Scanner.
+func (c metadataColumn) Scan(src any) error {
+	var s *string
+	switch v := src.(type) {
+	case nil:
+	case string:
+		s = &v
+	case []byte:
+		t := string(v)
+		s = &t
+	default:
+		return fmt.Errorf("metadata column holds a %T", src)
+	}
+	m, err := chargeonce.ParseMetadataText(s)
+	*c.m = m
+	return err
 }
 
 func (r *chargeRow) charge() chargeonce.Charge {

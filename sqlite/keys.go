@@ -227,7 +227,7 @@ func (s *Store) keyInsertTx(ctx context.Context, tx *sql.Tx, q *queries, p charg
 	}
 	if _, err := tx.StmtContext(ctx, q.chargeInsert).ExecContext(ctx,
 		ch.ID, ch.MerchantID, ch.IdempotencyKey, ch.OrderID, ch.AmountCents,
-		ch.Currency, ch.PaymentToken, ch.Description, createdAt,
+		ch.Currency, ch.PaymentToken, ch.Description, createdAt, chargeonce.MetadataText(ch.Metadata),
 	); err != nil {
 		return chargeonce.KeyRecord{}, false, wrap("inserting charge", err)
 	}

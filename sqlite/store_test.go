@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,7 +168,7 @@ func TestKeyInsertAndGet(t *testing.T) {
 		t.Fatalf("KeyGet: %v", err)
 	}
 	if got.Token != rec.Token || got.Fingerprint != rec.Fingerprint || !got.CreatedAt.Equal(rec.CreatedAt) ||
-		got.Charge != rec.Charge {
+		!reflect.DeepEqual(got.Charge, rec.Charge) {
 		t.Fatalf("KeyGet = %+v\nwant     %+v", got, rec)
 	}
 
@@ -277,7 +278,7 @@ func TestKeyCompleteStaleToken(t *testing.T) {
 		t.Fatalf("completed charge = %+v", got.Charge)
 	}
 	ch, err := s.ChargeGet(ctx, "m", rec.Charge.ID)
-	if err != nil || ch != got.Charge {
+	if err != nil || !reflect.DeepEqual(ch, got.Charge) {
 		t.Fatalf("ChargeGet = %+v, %v; want %+v", ch, err, got.Charge)
 	}
 	// A replayed attempt sees the stored response.

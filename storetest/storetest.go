@@ -21,6 +21,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -71,6 +72,7 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ChargeGetScopedToMerchant", testChargeGetScopedToMerchant},
 		{"ChargesListByOrder", testChargesListByOrder},
 		{"ResponseBodyBytes", testResponseBodyBytes},
+		{"MetadataRoundTrips", testMetadataRoundTrips},
 		{"MigrateAgainAndPing", testMigrateAgainAndPing},
 		{"Hostile", testHostile},
 	}
@@ -170,7 +172,7 @@ func checkCharge(t *testing.T, what string, got chargeonce.Charge, p chargeonce.
 	t.Helper()
 	want := p
 	want.Status, want.DeclineCode, want.CreatedAt = status, declineCode, got.CreatedAt
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s: charge\n got %+v\nwant %+v", what, got, want)
 	}
 	if got.CreatedAt.IsZero() {

@@ -1,4 +1,4 @@
-package httpapi
+package wire
 
 import (
 	"testing"
@@ -15,7 +15,7 @@ func BenchmarkDecodeBody(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var req chargeonce.ChargeRequest
-		if err := decodeJSON(raw, &req); err != nil {
+		if err := Decode(raw, &req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,19 +1,25 @@
-package httpapi
+package wire_test
 
 import (
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // FuzzDecodeChargeRequest: whatever the body, DecodeChargeRequest answers a
 // valid request or a client error (400 or 413, never a 500); what it
 // accepts is valid text that every store keeps, was valid UTF-8 on the
 // wire, and survives a round trip through JSON with the same fingerprint.
+// What it accepts is also what a case-insensitive, last-duplicate-wins
+// reader (encoding/json) sees: no two readers disagree on a request that
+// is charged.
 func FuzzDecodeChargeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"order_id": 123, "amount_cents": 25000, "currency": "BRL", "payment_token": "tok_ok", "description": "optional"}`,
@@ -33,17 +39,29 @@ func FuzzDecodeChargeRequest(f *testing.F) {
 		`{"order_id": 1, "amount_cents": 1, "payment_token": "t"} {}`,
 		`{"order_id": 1,`, `[1,2]`, `null`, ``, `"\u0000"`, `{"\u0000": 1}`, "\xff",
 		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "currency": "usd"}`,
+		`{"order_id": 1, "amount_cents": 25000, "payment_token": "t", "Amount_Cents": 1}`,
+		`{"order_id": 1, "AMOUNT_CENTS": 7, "payment_token": "t"}`,
+		`{"order_id": 1, "amount_cents": 1, "amount_cents": 999999, "payment_token": "t"}`,
+		`{"order_id": 1, "amount_cents": 1, "amount_c\u0065nts": 999999, "payment_token": "t"}`,
+		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "metadata": {"a": "1", "b": "\u00e9"}}`,
+		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "metadata": {"a": "1", "a": "2"}}`,
+		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "metadata": {"a": "1", "A": "2"}}`,
+		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "metadata": {"a": 1}}`,
+		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "metadata": {"": "x"}}`,
+		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "metadata": {}}`,
+		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "metadata": null}`,
+		`{"order_id": 1, "amount_cents": 1, "payment_token": "t", "metadata": {"k": "\u0000"}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := DecodeChargeRequest(body)
+		req, err := wire.DecodeChargeRequest(body)
 		if err != nil {
 			code := chargeonce.ErrorCode(err)
 			if code != chargeonce.EINVALID && code != chargeonce.ETOOLARGE {
 				t.Fatalf("body %q: error code %s (%v)", body, code, err)
 			}
-			if status, _ := Problem(err); status >= 500 {
+			if status, _ := httpapi.Problem(err); status >= 500 {
 				t.Fatalf("body %q: answered %d", body, status)
 			}
 			return
@@ -51,10 +69,24 @@ func FuzzDecodeChargeRequest(f *testing.F) {
 		if !utf8.Valid(body) {
 			t.Fatalf("accepted a body that is not valid UTF-8: %q", body)
 		}
-		for name, s := range map[string]string{"currency": req.Currency, "payment_token": req.PaymentToken, "description": req.Description} {
+		texts := map[string]string{"currency": req.Currency, "payment_token": req.PaymentToken, "description": req.Description}
+		for k, v := range req.Metadata {
+			texts["metadata key "+k] = k
+			texts["metadata value "+k] = v
+		}
+		for name, s := range texts {
 			if !chargeonce.ValidText(s) {
 				t.Fatalf("body %q: accepted %s %q that no store keeps", body, name, s)
 			}
+		}
+		if req.Metadata != nil && len(req.Metadata) == 0 {
+			t.Fatalf("body %q: accepted empty metadata that is not nil", body)
+		}
+		// encoding/json, the lenient reader a front-end may use, must
+		// read the same request.
+		var lenient chargeonce.ChargeRequest
+		if err := json.Unmarshal(body, &lenient); err == nil && lenient.Normalize() == nil && !equal(lenient, req) {
+			t.Fatalf("body %q: encoding/json reads %+v, the service charges %+v", body, lenient, req)
 		}
 		if strings.ContainsRune(req.Description, utf8.RuneError) && !strings.Contains(string(body), "\ufffd") && !strings.Contains(strings.ToLower(string(body)), `\ufffd`) {
 			t.Fatalf("body %q: description %q holds U+FFFD the client never sent (a silent rewrite)", body, req.Description)
@@ -63,19 +95,24 @@ func FuzzDecodeChargeRequest(f *testing.F) {
 			t.Fatalf("body %q: accepted %+v", body, req)
 		}
 		again := req
-		if err := again.Normalize(); err != nil || again != req {
+		if err := again.Normalize(); err != nil || !equal(again, req) {
 			t.Fatalf("body %q: an accepted request does not normalize to itself: %+v, %v", body, again, err)
 		}
 		re, err := json.Marshal(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := DecodeChargeRequest(re)
-		if err != nil || back != req {
+		back, err := wire.DecodeChargeRequest(re)
+		if err != nil || !equal(back, req) {
 			t.Fatalf("body %q: round trip %s decodes to %+v, %v; want %+v", body, re, back, err, req)
 		}
 		if idempotency.Fingerprint("POST", "/v1/charges", &back) != idempotency.Fingerprint("POST", "/v1/charges", &req) {
 			t.Fatalf("body %q: the round trip changed the fingerprint", body)
 		}
 	})
+}
+
+func equal(a, b chargeonce.ChargeRequest) bool {
+	return a.OrderID == b.OrderID && a.AmountCents == b.AmountCents && a.Currency == b.Currency &&
+		a.PaymentToken == b.PaymentToken && a.Description == b.Description && maps.Equal(a.Metadata, b.Metadata)
 }

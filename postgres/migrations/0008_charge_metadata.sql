@@ -1,0 +1,11 @@
+-- 0008: a charge's metadata (SPEC "POST /v1/charges"): the client's own
+-- string key-value pairs, stored with the charge and returned with it.
+--
+-- Kept as the JSON text of the object (keys sorted), NULL when the charge
+-- has none, in both stores alike. The service never queries by it, so text
+-- rather than jsonb: what was sent is what is read back.
+--
+-- Safe on a live database: adding a nullable column without a default
+-- only changes the catalog (no table rewrite, a brief ACCESS EXCLUSIVE
+-- lock).
+ALTER TABLE charges ADD COLUMN metadata text;
