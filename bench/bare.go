@@ -252,7 +252,7 @@ func (c *sqliteCore) charge(ctx context.Context, key string, req *chargeRequest)
 		return 0, nil, fmt.Errorf("inserting key: %w", err)
 	}
 	if _, err := tx.StmtContext(ctx, c.chargeInsert).ExecContext(ctx,
-		id, merchant, key, req.OrderID, req.AmountCents, req.Currency, req.PaymentToken, req.Description, createdAt,
+		id, merchant, key, req.OrderID, req.AmountCents, req.Currency, req.PaymentToken, req.Description, createdAt, chargeonce.MetadataText(req.Metadata),
 	); err != nil {
 		return 0, nil, fmt.Errorf("inserting charge: %w", err)
 	}

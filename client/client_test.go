@@ -347,7 +347,7 @@ func TestValidationAndAuthAreNotRetried(t *testing.T) {
 
 	c := newClient(t, f.inst.URL)
 	req := charge(order, "tok_ok")
-	req.Currency = "brl"
+	req.Currency = "br"
 	_, err := c.CreateCharge(context.Background(), req)
 	var ve *client.ValidationError
 	if !errors.As(err, &ve) || ve.StatusCode != 400 || ve.Slug() != "validation-failed" || ve.Problem.Field != "currency" || ve.Attempts() != 1 {

@@ -166,7 +166,7 @@ func TestOtherEndpointsAnswerProblems(t *testing.T) {
 	}{
 		{"GET", "/v1/charges/ch_missing", nil, 404, "not-found"},
 		{"GET", "/v1/charges?order_id=abc", nil, 400, "validation-failed"},
-		{"GET", "/v1/charges", nil, 400, "validation-failed"},
+		{"GET", "/v1/charges?limit=0", nil, 400, "validation-failed"},
 		{"GET", "/v1/charges/ch_x", map[string]string{"Authorization": ""}, 401, "unauthorized"},
 		{"DELETE", "/v1/charges/ch_x", nil, 405, "method-not-allowed"},
 		{"PUT", "/v1/charges", nil, 405, "method-not-allowed"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -275,7 +276,7 @@ func TestQueueAndHTTPShareIntents(t *testing.T) {
 		}
 		return false
 	})
-	if want.Status != 422 || !bytes.Equal(got.body, want.Body) {
+	if want.Status != 422 || !bytes.Equal(got.body, withoutRequestID(want.Body)) {
 		t.Fatalf("422: queue %q, HTTP %d %q", got.body, want.Status, want.Body)
 	}
 	consumerDrained(t, e.js, queue.DefaultDurable, 20*time.Second)
@@ -327,7 +328,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 		}
 		var found bool
 		for _, m := range all {
-			if m.status() == "400" && m.key() == p.key && bytes.Equal(m.body, want.Body) && m.header.Get(queue.HeaderRequestSeq) != "" {
+			if m.status() == "400" && m.key() == p.key && bytes.Equal(m.body, withoutRequestID(want.Body)) && m.header.Get(queue.HeaderRequestSeq) != "" {
 				found = true
 			}
 		}
@@ -522,4 +523,11 @@ func TestSettledBeforeFlag(t *testing.T) {
 	if n := e.acq.sim.CapturedCount(merchant, 31); n != 1 {
 		t.Fatalf("%d captures, want 1", n)
 	}
+}
+
+// withoutRequestID is an HTTP problem's bytes without its request_id: a
+// result on the queue answers a message, not an HTTP request, and has none;
+// the rest of the bytes are the same.
+func withoutRequestID(body []byte) []byte {
+	return regexp.MustCompile(`,"request_id":"[^"]*"`).ReplaceAll(body, nil)
 }

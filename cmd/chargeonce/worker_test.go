@@ -86,7 +86,7 @@ func TestWorkerAndPublish(t *testing.T) {
 	if ec := exitCodeError(0); !errors.As(err, &ec) || ec != 2 || !strings.HasPrefix(out, "Status: 402") {
 		t.Fatalf("declined: %v\n%s", err, out)
 	}
-	out, err = run("--order", "125", "--amount", "100", "--currency", "usd", "--key", "bad-currency")
+	out, err = run("--order", "125", "--amount", "100", "--currency", "us", "--key", "bad-currency")
 	if ec := exitCodeError(0); !errors.As(err, &ec) || ec != 1 || !strings.HasPrefix(out, "Status: 400") || !strings.Contains(out, `"field":"currency"`) {
 		t.Fatalf("invalid currency: %v\n%s", err, out)
 	}
