@@ -59,3 +59,19 @@ func (s *Store) checkDirect(ctx context.Context, versions []int) error {
 	}
 	return nil
 }
+
+// behindPooler reports whether connections made with cfg reach PostgreSQL
+// through a pooler, by the test checkDirect uses: a direct connection's
+// backend answers pg_backend_pid() with the process id it sent at start.
+func behindPooler(ctx context.Context, cfg *pgx.ConnConfig) (bool, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var backend uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&backend); err != nil {
+		return false, err
+	}
+	return backend != conn.PgConn().PID(), nil
+}

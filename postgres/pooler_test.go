@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 	"github.com/chargeonce/chargeonce/postgres"
@@ -75,5 +77,30 @@ func TestMigrateThroughPgBouncerNeedsDirectURL(t *testing.T) {
 	}
 	if err := pooled.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate of an up-to-date schema through PgBouncer: %v", err)
+	}
+}
+
+// Open sends statements unnamed behind a pooler, which hands each
+// transaction to any server connection, and keeps pgx's named prepared
+// statements on a direct connection, where they are faster.
+func TestOpenChoosesExecModeByPooler(t *testing.T) {
+	t.Parallel()
+	direct := pgtest.URL(t)
+	for _, tc := range []struct {
+		name, url string
+		want      pgx.QueryExecMode
+	}{
+		{"direct", direct, pgx.QueryExecModeCacheStatement},
+		{"through PgBouncer", pgtest.PgBouncer(t, direct), pgx.QueryExecModeExec},
+	} {
+		s, err := postgres.Open(t.Context(), tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := s.Pool().Config().ConnConfig.DefaultQueryExecMode
+		s.Close()
+		if got != tc.want {
+			t.Errorf("%s: exec mode %v; want %v", tc.name, got, tc.want)
+		}
 	}
 }
