@@ -285,8 +285,12 @@ func TestInFlightAnswers409WithoutWaiting(t *testing.T) {
 			if firstTook < slow {
 				t.Fatalf("the first attempt finished in %s, before the slow acquirer (%s): the 409s were not measured while it was in flight", firstTook, slow)
 			}
-			if worst >= 100*time.Millisecond {
-				t.Fatalf("a 409 took %s: the retry waited (on a lock?) instead of answering at once", worst)
+			// A retry that waited on the first attempt's lock would take
+			// most of the slow capture; one that answers at once takes a
+			// round trip, slower on a loaded machine (a connection may be
+			// opened for it) but far below the capture.
+			if worst >= slow/3 {
+				t.Fatalf("a 409 took %s of a %s capture: the retry waited (on a lock?) instead of answering at once", worst, slow)
 			}
 		})
 	}
