@@ -114,7 +114,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// persistent, before any reader opens it.
 	if err := wdb.PingContext(ctx); err != nil {
 		_ = wdb.Close()
-		return nil, fmt.Errorf("opening sqlite database %q: %w", path, translate(err))
+		return nil, fmt.Errorf("opening sqlite database %q: %w", path, err)
 	}
 
 	rq := url.Values{}
@@ -135,14 +135,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := rdb.PingContext(ctx); err != nil {
 		_ = rdb.Close()
 		_ = wdb.Close()
-		return nil, fmt.Errorf("opening sqlite database %q: %w", path, translate(err))
+		return nil, fmt.Errorf("opening sqlite database %q: %w", path, err)
 	}
 
 	var mode string
 	if err := wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		_ = rdb.Close()
 		_ = wdb.Close()
-		return nil, fmt.Errorf("opening sqlite database %q: reading journal mode: %w", path, translate(err))
+		return nil, fmt.Errorf("opening sqlite database %q: reading journal mode: %w", path, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
 		_ = rdb.Close()

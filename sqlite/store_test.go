@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -616,5 +617,20 @@ func TestPingAndClose(t *testing.T) {
 	}
 	if err := s.Ping(context.Background()); err == nil {
 		t.Fatal("Ping after Close succeeded")
+	}
+}
+
+// A file that cannot be opened is an error that says so and names the file;
+// advice for a charge in flight (retry with the same Idempotency-Key) has no
+// place in it.
+func TestOpenUnopenableFileSaysSo(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "no-such-dir", "x.db")
+	_, err := sqlite.Open(context.Background(), path)
+	if err == nil {
+		t.Fatal("Open in a directory that does not exist succeeded")
+	}
+	if msg := err.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, "unable to open database file") || strings.Contains(msg, "Idempotency-Key") {
+		t.Fatalf("Open: %q; want the file named, SQLite's reason, and no Idempotency-Key advice", msg)
 	}
 }
