@@ -63,6 +63,9 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
+	if err == nil {
+		err = checkJetStream(ctx, js, c.natsURL)
+	}
 	if err != nil {
 		return fmt.Errorf("--nats: %w", err)
 	}

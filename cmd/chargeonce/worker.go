@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -80,6 +81,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
+	if err == nil {
+		err = checkJetStream(ctx, js, c.natsURL)
+	}
 	if err != nil {
 		return fmt.Errorf("--nats: %w", err)
 	}
@@ -123,5 +127,21 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	<-ctx.Done()
 	log.Info("shutting down")
 	worker.Stop()
+	return nil
+}
+
+// checkJetStream fails, saying what to do, when the NATS server at url has
+// no JetStream: the queue's streams live there. A server answers a JetStream
+// request with "not enabled", or, without JetStream at all, not at all.
+func checkJetStream(ctx context.Context, js jetstream.JetStream, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := js.AccountInfo(ctx)
+	switch {
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount), errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("the NATS server at %s does not have JetStream enabled: start nats-server with -js (or a jetstream {} block in its configuration, with the account's JetStream enabled)", url)
+	case err != nil:
+		return fmt.Errorf("asking %s for its JetStream account: %w", url, err)
+	}
 	return nil
 }

@@ -194,3 +194,23 @@ func TestWorkerStreamsOnClusterR3(t *testing.T) {
 		}
 	}
 }
+
+// A NATS server without JetStream is a configuration mistake the worker
+// and publish name, with what to do about it.
+func TestWorkerAndPublishWithoutJetStream(t *testing.T) {
+	t.Parallel()
+	nats := natstest.StartWithoutJetStream(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "c.db")
+	for _, args := range [][]string{
+		{"worker", "--db", db, "--nats", nats.URL},
+		{"publish", "--order", "5", "--amount", "5", "--nats", nats.URL, "--timeout", "5s"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var out, errb apitest.Buffer
+		err := Main(ctx, args, &out, &errb)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "JetStream") || !strings.Contains(err.Error(), "-js") {
+			t.Errorf("%s against a server without JetStream: err = %v; want it to say to enable JetStream (-js)", args[0], err)
+		}
+	}
+}

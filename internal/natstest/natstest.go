@@ -185,3 +185,10 @@ func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Mes
 	}
 	return out
 }
+
+// StartWithoutJetStream runs one server with JetStream off, as a NATS server
+// started without -js is, shut down at cleanup.
+func StartWithoutJetStream(t testing.TB) *Server {
+	t.Helper()
+	return start(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+}
