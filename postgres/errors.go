@@ -29,7 +29,36 @@ func translate(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", chargeonce.Errorf(chargeonce.EUNAVAILABLE,
-		"the database is unreachable; the outcome is unknown: retry with the same Idempotency-Key"), err)
+		"%s; the outcome is unknown: retry with the same Idempotency-Key", why(err)), err)
+}
+
+// why says, for an operator reading the log or a client reading the 503,
+// which way the database could not answer: a pool whose connections are
+// all in use, or a slow statement, is not an unreachable database.
+func why(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch code := pgErr.Code; {
+		case code == "57014":
+			return "the database took too long to answer"
+		case code == "55P03", code == "55006":
+			return "the database is busy: a lock is held elsewhere"
+		case code == "25006":
+			return "the database is read-only now (a standby, or a failover under way)"
+		case code == "40001", code == "40P01":
+			return "the database refused a conflicting transaction"
+		case strings.HasPrefix(code, "53"):
+			return "the database is out of resources (connections, memory or disk)"
+		}
+		return "the database is unreachable or shutting down"
+	}
+	switch {
+	case errors.Is(err, puddle.ErrClosedPool):
+		return "this instance is shutting down"
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return "the database did not answer in time (it is slow, or every connection of this instance is in use)"
+	}
+	return "the database is unreachable"
 }
 
 // unavailable reports whether err says the database is unreachable, going

@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/pgtest"
 )
 
 // Errors that mean "the database cannot do this now" become EUNAVAILABLE
@@ -100,4 +103,27 @@ func pgxpoolParse(connString string) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	return pgxpool.NewWithConfig(context.Background(), cfg)
+}
+
+// A pool whose every connection is in use, so that a call's deadline passes
+// while it waits for one, is a busy instance, not an unreachable database:
+// the 503's detail and the log line say which.
+func TestExhaustedPoolIsNotUnreachable(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), pgtest.URL(t), WithMaxConns(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err = s.ChargeGet(ctx, "m", "ch_x")
+	if chargeonce.ErrorCode(err) != chargeonce.EUNAVAILABLE || strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), "every connection") {
+		t.Fatalf("ChargeGet with every connection in use: %v; want unavailable, saying the connections are in use, not unreachable", err)
+	}
 }
