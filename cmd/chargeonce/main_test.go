@@ -155,6 +155,14 @@ func TestMigrateAndReconcile(t *testing.T) {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
+	// migrate says what it applied, and then that there is nothing to.
+	fresh := pgtest.URL(t)
+	for _, want := range []string{"applied 0001, 0002", "nothing to apply"} {
+		var mout apitest.Buffer
+		if err := Main(context.Background(), []string{"migrate", "--db", fresh}, &mout, &apitest.Buffer{}); err != nil || !strings.Contains(mout.String(), want) {
+			t.Fatalf("migrate: %v, printed %q; want %q", err, mout.String(), want)
+		}
+	}
 	var rout apitest.Buffer
 	// reconcile refuses a simulator of its own: it must re-drive the
 	// acquirer the charges were sent to.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/chargeonce/chargeonce/acquirer"
@@ -56,12 +58,43 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	store, err := storeFor(ctx, db)
+	store, err := openStore(ctx, db)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	fmt.Fprintf(stdout, "schema is up to date on %s\n", redactURL(db))
+	m, ok := store.(interface {
+		AppliedMigrations(context.Context) ([]int, error)
+	})
+	if !ok {
+		return fmt.Errorf("--db: this store cannot list its migrations")
+	}
+	before, err := m.AppliedMigrations(ctx)
+	if err != nil {
+		return fmt.Errorf("migrating %s: %w", redactURL(db), err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrating %s: %w", redactURL(db), err)
+	}
+	after, err := m.AppliedMigrations(ctx)
+	if err != nil {
+		return fmt.Errorf("migrating %s: %w", redactURL(db), err)
+	}
+	var applied []string
+	for _, v := range after {
+		if !slices.Contains(before, v) {
+			applied = append(applied, fmt.Sprintf("%04d", v))
+		}
+	}
+	schema := 0
+	if len(after) > 0 {
+		schema = after[len(after)-1]
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(stdout, "schema is up to date on %s: version %d, nothing to apply\n", redactURL(db), schema)
+		return nil
+	}
+	fmt.Fprintf(stdout, "applied %s on %s: schema version %d\n", strings.Join(applied, ", "), redactURL(db), schema)
 	return nil
 }
 
