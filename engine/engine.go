@@ -292,18 +292,20 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		defer done()
 		// From here on, whatever happens to this process, recovery can
 		// finish the charge with the same reference.
-		return e.driveAttempt(ctx, rec, token, false), nil
+		return e.decided(ctx, rec, "new key: inserted, admitted, sending to the acquirer", e.driveAttempt(ctx, rec, token, false)), nil
 	}
 
 	if rec.Fingerprint != fp {
+		e.decided(ctx, rec, "key used for a different request: 422", Response{Status: 422})
 		return Response{}, chargeonce.Errorf(chargeonce.EKEYREUSED,
 			"this Idempotency-Key was already used for a different request; use a new key for a new payment intent")
 	}
 	if rec.State == chargeonce.KeyCompleted {
-		return replay(rec), nil
+		return e.decided(ctx, rec, "key completed: replaying the stored answer", replay(rec)), nil
 	}
 	if !rec.LeaseExpired {
-		return e.busy(rec)
+		resp, err := e.busy(rec)
+		return e.decided(ctx, rec, "key in flight under another attempt's lease", resp), err
 	}
 	// The attempt that owned the key is gone, or its unknown outcome's
 	// back-off is over. Rather than answer 409 until recovery gets there,
@@ -331,7 +333,23 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		}
 		return e.busy(claimed)
 	}
-	return e.driveAttempt(ctx, claimed, token, true), nil
+	return e.decided(ctx, claimed, "lease ended: claimed the record, looking the reference up before any re-send", e.driveAttempt(ctx, claimed, token, true)), nil
+}
+
+// decided logs, at debug level, what the engine decided for an attempt and
+// the status it answers (0: an error, 409 or 422), with the key's hash,
+// never the key; it returns resp. Nothing is built when debug is off.
+func (e *Engine) decided(ctx context.Context, rec chargeonce.KeyRecord, decision string, resp Response) Response {
+	if e.log.Enabled(ctx, slog.LevelDebug) {
+		e.log.LogAttrs(ctx, slog.LevelDebug, "charge attempt",
+			slog.String("decision", decision),
+			slog.String("merchant", rec.Charge.MerchantID),
+			slog.String("key_hash", idempotency.KeyHash(rec.Charge.MerchantID, rec.Charge.IdempotencyKey)),
+			slog.String("charge_id", rec.Charge.ID),
+			slog.Int("status", resp.Status),
+			slog.Int("recovery_attempts", rec.RecoveryAttempts))
+	}
+	return resp
 }
 
 // driveAttempt drives rec as a client's attempt. An unknown outcome backs
