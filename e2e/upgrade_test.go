@@ -90,7 +90,7 @@ func TestRollingUpgrade(t *testing.T) {
 
 	url := pgtest.URL(t)
 	ps := newProcs(t)
-	acq := ps.startAcquirer("acquirer")
+	acq := ps.startAcquirer("acquirer", "--slow", "300ms")
 	old := ps.startBinary("serve-"+version, oldBin, serveArgs(url, acq.URL())...)
 
 	var (
@@ -132,6 +132,7 @@ func TestRollingUpgrade(t *testing.T) {
 		order int64
 		token string
 		body  []byte
+		mu    sync.Mutex
 		first answer // the first final answer
 		posts int
 	}
@@ -153,9 +154,13 @@ func TestRollingUpgrade(t *testing.T) {
 			*turn++
 			a := charge(c, base, in.key, in.body)
 			count(base, a)
+			in.mu.Lock()
 			in.posts++
+			in.mu.Unlock()
 			switch {
 			case a.final():
+				in.mu.Lock()
+				defer in.mu.Unlock()
 				if in.first.status == 0 {
 					in.first = a
 				} else if a.status != in.first.status || !bytes.Equal(a.body, in.first.body) {
@@ -194,8 +199,11 @@ func TestRollingUpgrade(t *testing.T) {
 				if len(mine) < perPool && !time.Now().Before(next) {
 					order := newOrder()
 					token := "tok_ok"
-					if rng.IntN(6) == 0 {
+					switch rng.IntN(6) {
+					case 0:
 						token = "tok_declined"
+					case 1:
+						token = "tok_slow"
 					}
 					in = &intent{key: uniqueName("upgrade-"), order: order, token: token, body: chargeBody(order, token)}
 					mine = append(mine, in)
@@ -206,7 +214,18 @@ func TestRollingUpgrade(t *testing.T) {
 					time.Sleep(pause)
 					continue
 				}
-				post(c, in, &turn)
+				if in.posts == 0 {
+					// A new intent is posted by two clients at once,
+					// on both instances when both are up: one of them
+					// reads the other's processing record (409).
+					var pair sync.WaitGroup
+					other := turn + 1
+					pair.Go(func() { post(c, in, &other) })
+					post(c, in, &turn)
+					pair.Wait()
+				} else {
+					post(c, in, &turn)
+				}
 				time.Sleep(pause)
 			}
 			allMu.Lock()
@@ -275,7 +294,7 @@ func TestRollingUpgrade(t *testing.T) {
 		case 402:
 			declined++
 		}
-		if want := map[string]int{"tok_ok": 201, "tok_declined": 402}[in.token]; in.first.status != want {
+		if want := map[string]int{"tok_ok": 201, "tok_slow": 201, "tok_declined": 402}[in.token]; in.first.status != want {
 			t.Errorf("%s (%s): final %s; want %d", in.key, in.token, in.first, want)
 		}
 	}
