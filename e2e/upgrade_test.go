@@ -250,25 +250,31 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatalf("migrate: %v\n%s", err, mig.logText())
 	}
 	mark("migrate done")
+	// An N−1 instance (re)started during the deploy finds N's schema.
+	old2 := ps.startBinary("serve-"+version+"-2", oldBin, serveArgs(url, acq.URL())...)
 	cur := ps.start("serve-new", serveArgs(url, acq.URL())...)
 	mu.Lock()
-	bases = append(bases, cur.URL())
+	bases = append(bases, cur.URL(), old2.URL())
+	names[old2.URL()] = version
 	names[cur.URL()] = "new"
 	mu.Unlock()
-	mark("new serving")
+	mark("new and a second " + version + " serving")
 	time.Sleep(2500 * time.Millisecond)
 	old.signal(syscall.SIGTERM)
-	mark("SIGTERM to " + version)
-	if !old.wait(30 * time.Second) {
-		t.Fatalf("%s did not exit within 30s of SIGTERM", version)
+	old2.signal(syscall.SIGTERM)
+	mark("SIGTERM to both " + version)
+	for _, p := range []*proc{old, old2} {
+		if !p.wait(30 * time.Second) {
+			t.Fatalf("%s did not exit within 30s of SIGTERM", p.name)
+		}
+		if err := p.exitErr(); err != nil {
+			t.Errorf("%s after SIGTERM: %v", p.name, err)
+		}
 	}
 	mu.Lock()
 	bases = []string{cur.URL()}
 	mu.Unlock()
 	mark(version + " exited")
-	if err := old.exitErr(); err != nil {
-		t.Errorf("%s after SIGTERM: %v", version, err)
-	}
 	time.Sleep(1500 * time.Millisecond)
 	stop.Store(true)
 	wg.Wait()
