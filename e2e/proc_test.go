@@ -89,6 +89,9 @@ type proc struct {
 	log  string // path of the log file (stdout and stderr)
 	// files, when set, is the descriptor limit the process runs with.
 	files int
+	// bin, when set, is the binary to run instead of the one built from
+	// this tree.
+	bin string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -138,7 +141,19 @@ func (ps *procs) start(name string, args ...string) *proc {
 // (when not 0).
 func (ps *procs) startWith(name string, files int, args ...string) *proc {
 	ps.t.Helper()
-	p := &proc{t: ps.t, name: name, args: args, files: files, log: filepath.Join(ps.dir, name+".log")}
+	return ps.startProc(&proc{t: ps.t, name: name, args: args, files: files, log: filepath.Join(ps.dir, name+".log")})
+}
+
+// startBinary is start with the binary at bin (another release's) instead
+// of the one built from this tree.
+func (ps *procs) startBinary(name, bin string, args ...string) *proc {
+	ps.t.Helper()
+	return ps.startProc(&proc{t: ps.t, name: name, args: args, bin: bin, log: filepath.Join(ps.dir, name+".log")})
+}
+
+func (ps *procs) startProc(p *proc) *proc {
+	ps.t.Helper()
+	args := p.args
 	ps.mu.Lock()
 	ps.all = append(ps.all, p)
 	ps.mu.Unlock()
@@ -154,9 +169,13 @@ func (p *proc) run(wantAddr bool) {
 	}
 	fmt.Fprintf(f, "=== %s: chargeonce %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
 	offset, _ := f.Seek(0, io.SeekEnd)
-	cmd := exec.Command(binary(p.t), p.args...)
+	exe := p.bin
+	if exe == "" {
+		exe = binary(p.t)
+	}
+	cmd := exec.Command(exe, p.args...)
 	if p.files > 0 {
-		cmd = limitedCommand(p.t, p.files, binary(p.t), p.args...)
+		cmd = limitedCommand(p.t, p.files, exe, p.args...)
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()

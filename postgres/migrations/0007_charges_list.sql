@@ -16,10 +16,19 @@
 -- Plain CREATE INDEX takes a SHARE lock on charges while it builds: writes
 -- wait for the build (reads go on). On a large table build the indexes
 -- CONCURRENTLY by hand before upgrading; IF NOT EXISTS then skips them.
+--
+-- Each statement is a step of its own: in one transaction, the SHARE lock of
+-- CREATE INDEX was held while DROP INDEX asked for ACCESS EXCLUSIVE on the
+-- same table, and a request that had read charges and then wrote it closed a
+-- cycle (deadlock detected, 40P01, seen under a rolling upgrade's load).
+
+-- chargeonce:step
 CREATE INDEX IF NOT EXISTS charges_merchant_status_created_idx
     ON charges (merchant_id, status, created_at DESC, id DESC);
 
+-- chargeonce:step
 CREATE INDEX IF NOT EXISTS charges_merchant_order_status_created_idx
     ON charges (merchant_id, order_id, status, created_at DESC, id DESC);
 
+-- chargeonce:step
 DROP INDEX IF EXISTS charges_merchant_order_idx;
