@@ -127,3 +127,27 @@ func TestExhaustedPoolIsNotUnreachable(t *testing.T) {
 		t.Fatalf("ChargeGet with every connection in use: %v; want unavailable, saying the connections are in use, not unreachable", err)
 	}
 }
+
+// A migration step that timed out on a lock, or lost a deadlock to traffic,
+// was rolled back whole: it is run again. Any other error ends the retries.
+func TestRetryLocksRetriesLockTimeoutsAndDeadlocks(t *testing.T) {
+	t.Parallel()
+	for _, code := range []string{"55P03", "40P01"} {
+		calls := 0
+		err := retryLocks(t.Context(), func() error {
+			calls++
+			if calls == 1 {
+				return &pgconn.PgError{Code: code}
+			}
+			return nil
+		})
+		if err != nil || calls != 2 {
+			t.Errorf("SQLSTATE %s then success: err %v after %d calls; want nil after 2", code, err, calls)
+		}
+	}
+	calls := 0
+	err := retryLocks(t.Context(), func() error { calls++; return &pgconn.PgError{Code: "42601"} })
+	if err == nil || calls != 1 {
+		t.Errorf("a syntax error: err %v after %d calls; want it at once", err, calls)
+	}
+}

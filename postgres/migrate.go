@@ -323,13 +323,16 @@ func (m migrator) noTx(ctx context.Context, sql string) error {
 }
 
 // retryLocks runs fn until it succeeds, fails for another reason than a lock
-// timeout (SQLSTATE 55P03), or has failed migrateRetries times.
+// timeout (SQLSTATE 55P03) or a deadlock it lost (40P01: traffic that read
+// and then wrote a table the step locks), or has failed migrateRetries
+// times. Either way the step's transaction was rolled back whole, so running
+// it again is safe.
 func retryLocks(ctx context.Context, fn func() error) error {
 	wait := migrateRetryFirst
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "55P03" && pgErr.Code != "40P01") {
 			return err
 		}
 		if attempt == migrateRetries {
