@@ -122,17 +122,24 @@ func (q *fairQueue) snapshot() []jetstream.Msg {
 	return msgs
 }
 
-// close wakes every put and take, which then report false, and returns
-// the messages still buffered for the caller to give back.
-func (q *fairQueue) close() []jetstream.Msg {
+// close wakes every put and take, which then report false. The buffered
+// messages stay until drain.
+func (q *fairQueue) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
+	q.cond.Broadcast()
+}
+
+// drain empties the buffer and returns what it held, for the caller to
+// give back.
+func (q *fairQueue) drain() []jetstream.Msg {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	msgs := make([]jetstream.Msg, 0, q.buffered)
 	for _, merchant := range q.ring {
 		msgs = append(msgs, q.fifos[merchant]...)
 	}
 	q.fifos, q.ring, q.next, q.buffered = map[string][]jetstream.Msg{}, nil, 0, 0
-	q.cond.Broadcast()
 	return msgs
 }

@@ -193,10 +193,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	// client keeps fetching past one merchant's backlog to the others'.
 	w.cc, err = cons.Consume(func(msg jetstream.Msg) {
 		merchant, _ := merchantOf(msg.Subject())
-		if !q.put(merchant, msg) {
-			// Stopping: give it back at once rather than after AckWait.
-			w.giveBack(msg)
-		}
+		// Stopping: the message is left unacked (redelivered after
+		// AckWait). A nak now would hand it straight back to this very
+		// consumer, again and again, each time counting a delivery.
+		_ = q.put(merchant, msg)
 	},
 		// One large pull, not many small ones: with a callback that never
 		// blocks, small pulls sometimes stall until their expiry (the
@@ -250,13 +250,16 @@ func (w *Worker) Stop() {
 	if cc == nil {
 		return
 	}
-	// Close first: a callback waiting for room in a full buffer returns
-	// (naking its message), so the consumer can stop.
-	for _, msg := range w.queue.close() {
-		w.giveBack(msg)
-	}
+	// Close first: a callback waiting for room in a full buffer returns,
+	// so the consumer can stop, and no handler starts another message.
+	// Nak only once the consumer has stopped, so the buffered messages go
+	// to other workers, not back to this one.
+	w.queue.close()
 	cc.Stop()
 	<-cc.Closed()
+	for _, msg := range w.queue.drain() {
+		w.giveBack(msg)
+	}
 	w.refresh()
 	w.wg.Wait()
 	w.stop()
