@@ -33,12 +33,19 @@ const (
 	DefaultMaxDeliver    = 20
 	DefaultMaxAckPending = 1000
 	DefaultConcurrency   = 32
+	// DefaultMerchantConcurrency (zero) caps one merchant's messages in
+	// flight at half of Concurrency (at least one), so a merchant with a
+	// backlog always leaves handlers free for the others.
+	DefaultMerchantConcurrency = 0
 	// DefaultNakDelayMax caps the back-off of a redelivered request.
 	DefaultNakDelayMax = 30 * time.Second
 	// DefaultWriteTimeout bounds the database and JetStream calls made after
 	// the engine answered.
 	DefaultWriteTimeout = 10 * time.Second
 )
+
+// pullExpiry is how long one pull request of the worker lasts.
+const pullExpiry = 5 * time.Second
 
 // Message outcomes, as Observer sees them.
 const (
@@ -70,11 +77,15 @@ type WorkerOptions struct {
 	MaxDeliver    int
 	MaxAckPending int
 	// Concurrency is how many messages the worker handles at once.
-	Concurrency  int
-	NakDelayMax  time.Duration
-	WriteTimeout time.Duration
-	Logger       *slog.Logger
-	Observer     Observer
+	Concurrency int
+	// MerchantConcurrency is how many of one merchant's messages the worker
+	// handles at once; zero is half of Concurrency (at least one), more than
+	// Concurrency is Concurrency.
+	MerchantConcurrency int
+	NakDelayMax         time.Duration
+	WriteTimeout        time.Duration
+	Logger              *slog.Logger
+	Observer            Observer
 }
 
 // Worker consumes charge requests with a durable pull consumer and answers
@@ -87,11 +98,12 @@ type Worker struct {
 	opts   WorkerOptions
 	log    *slog.Logger
 
-	mu   sync.Mutex
-	cc   jetstream.ConsumeContext
-	work chan jetstream.Msg
-	wg   sync.WaitGroup
-	stop context.CancelFunc
+	mu      sync.Mutex
+	cc      jetstream.ConsumeContext
+	queue   *fairQueue
+	wg      sync.WaitGroup
+	stop    context.CancelFunc
+	refresh context.CancelFunc
 }
 
 // NewWorker returns a worker that runs requests through eng and uses store
@@ -113,6 +125,10 @@ func NewWorker(js jetstream.JetStream, eng *engine.Engine, store chargeonce.Stor
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
+	if opts.MerchantConcurrency <= 0 {
+		opts.MerchantConcurrency = max(1, opts.Concurrency/2)
+	}
+	opts.MerchantConcurrency = min(opts.MerchantConcurrency, opts.Concurrency)
 	if opts.NakDelayMax <= 0 {
 		opts.NakDelayMax = DefaultNakDelayMax
 	}
@@ -152,28 +168,50 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("creating consumer %s on %s: %w", w.opts.Durable, RequestStream, err)
 	}
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.stop = cancel
-	w.work = make(chan jetstream.Msg)
+	rctx, stopRefresh := context.WithCancel(context.WithoutCancel(ctx))
+	w.stop, w.refresh = cancel, stopRefresh
+	// The server delivers at most MaxAckPending unacked messages to the
+	// durable (to all its workers together), which bounds the buffer too;
+	// the explicit bound only holds if someone raised it on the server.
+	q := newFairQueue(w.opts.MerchantConcurrency, w.opts.MaxAckPending)
+	w.queue = q
 	for range w.opts.Concurrency {
 		w.wg.Go(func() {
-			for msg := range w.work {
+			for {
+				merchant, msg, ok := q.take()
+				if !ok {
+					return
+				}
 				w.Handle(hctx, msg)
+				q.done(merchant)
 			}
 		})
 	}
-	// The callback runs on one goroutine; it hands each message to a free
-	// handler, so at most Concurrency are in flight and the few prefetched
-	// wait in the client, not in an unbounded queue of ours.
-	work := w.work
-	w.cc, err = cons.Consume(func(msg jetstream.Msg) { work <- msg },
-		jetstream.PullMaxMessages(w.opts.Concurrency),
+	w.wg.Go(func() { w.keepBuffered(rctx, q) })
+	// The callback runs on one goroutine and only buffers: the fair queue,
+	// not the stream's order, decides which merchant goes next, so the
+	// client keeps fetching past one merchant's backlog to the others'.
+	w.cc, err = cons.Consume(func(msg jetstream.Msg) {
+		merchant, _ := merchantOf(msg.Subject())
+		// Stopping: the message is left unacked (redelivered after
+		// AckWait). A nak now would hand it straight back to this very
+		// consumer, again and again, each time counting a delivery.
+		_ = q.put(merchant, msg)
+	},
+		// One large pull, not many small ones: with a callback that never
+		// blocks, small pulls sometimes stall until their expiry (the
+		// client misses heartbeats and re-pulls). The short expiry bounds
+		// such a stall.
+		jetstream.PullMaxMessages(w.opts.MaxAckPending),
+		jetstream.PullExpiry(pullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, nats.ErrConnectionClosed) {
 				w.log.Warn("consuming charge requests", "err", err)
 			}
 		}))
 	if err != nil {
-		close(w.work)
+		q.close()
+		stopRefresh()
 		w.wg.Wait()
 		cancel()
 		return fmt.Errorf("consuming %s: %w", RequestStream, err)
@@ -181,9 +219,29 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops fetching, lets the messages in flight finish (their acks and
-// results included) and returns. Messages fetched but not started are left
-// unacked and are redelivered after AckWait.
+// keepBuffered tells JetStream the buffered messages are still being worked
+// on, a few times per AckWait, so a message waiting its merchant's turn is
+// not redelivered (to this or another worker) while it waits.
+func (w *Worker) keepBuffered(ctx context.Context, q *fairQueue) {
+	tick := time.NewTicker(w.opts.AckWait / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, msg := range q.snapshot() {
+			// A message taken (even acked) since the snapshot makes this
+			// fail or do nothing, which is harmless.
+			_ = msg.InProgress()
+		}
+	}
+}
+
+// Stop stops fetching, gives the buffered messages back to JetStream (nak:
+// they are redelivered at once, to another worker if one runs), lets the
+// messages in flight finish (their acks and results included) and returns.
 func (w *Worker) Stop() {
 	w.mu.Lock()
 	cc := w.cc
@@ -192,11 +250,29 @@ func (w *Worker) Stop() {
 	if cc == nil {
 		return
 	}
+	// Close first: a callback waiting for room in a full buffer returns,
+	// so the consumer can stop, and no handler starts another message.
+	// Nak only once the consumer has stopped, so the buffered messages go
+	// to other workers, not back to this one.
+	w.queue.close()
 	cc.Stop()
 	<-cc.Closed()
-	close(w.work)
+	for _, msg := range w.queue.drain() {
+		w.giveBack(msg)
+	}
+	w.refresh()
 	w.wg.Wait()
 	w.stop()
+}
+
+// giveBack naks a message fetched but never handled, so JetStream
+// redelivers it now rather than after AckWait.
+func (w *Worker) giveBack(msg jetstream.Msg) {
+	var seq uint64
+	if md, err := msg.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	w.settle(msg, msg.Nak, seq)
 }
 
 // Handle answers one delivery: the whole per-message protocol, exported so

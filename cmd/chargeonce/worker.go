@@ -22,6 +22,7 @@ type workerConfig struct {
 	natsURL, metricsAddr, durable     string
 	ackWait, outboxEvery              time.Duration
 	maxDeliver, concurrency, replicas int
+	merchantConcurrency               int
 }
 
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -35,6 +36,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&c.outboxEvery, "outbox-every", queue.DefaultOutboxEvery, "how often the outbox of settled results is drained")
 	fs.IntVar(&c.maxDeliver, "max-deliver", queue.DefaultMaxDeliver, "deliveries of one request before it is given up (dead-lettered, or left to the outbox when in flight elsewhere)")
 	fs.IntVar(&c.concurrency, "concurrency", queue.DefaultConcurrency, "requests handled at once")
+	fs.IntVar(&c.merchantConcurrency, "merchant-concurrency", queue.DefaultMerchantConcurrency, "one merchant's requests handled at once, so one merchant's backlog leaves room for the others; 0: half of --concurrency")
 	fs.IntVar(&c.replicas, "replicas", 0, "replicas of the CHARGES and CHARGE_RESULTS streams; 0: 3 on a JetStream cluster of three or more servers, else 1")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -52,6 +54,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if n <= 0 {
 			return fmt.Errorf("%s must be positive; got %d", name, n)
 		}
+	}
+	if c.merchantConcurrency < 0 || c.merchantConcurrency > c.concurrency {
+		return fmt.Errorf("--merchant-concurrency must be between 0 (half of --concurrency) and --concurrency (%d); got %d", c.concurrency, c.merchantConcurrency)
 	}
 	if c.replicas < 0 {
 		return fmt.Errorf("--replicas must be 0 (detect) or positive; got %d", c.replicas)
@@ -100,12 +105,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	qm := rt.metrics.Queue()
 	publisher := queue.NewPublisher(rt.store, js, queue.PublisherOptions{Every: c.outboxEvery, Logger: log, Observer: qm})
 	worker := queue.NewWorker(js, rt.engine, rt.store, queue.WorkerOptions{
-		Durable:     c.durable,
-		AckWait:     c.ackWait,
-		MaxDeliver:  c.maxDeliver,
-		Concurrency: c.concurrency,
-		Logger:      log,
-		Observer:    qm,
+		Durable:             c.durable,
+		AckWait:             c.ackWait,
+		MaxDeliver:          c.maxDeliver,
+		Concurrency:         c.concurrency,
+		MerchantConcurrency: c.merchantConcurrency,
+		Logger:              log,
+		Observer:            qm,
 	})
 	if c.metricsAddr != "" {
 		closeMetrics, err := serveMetrics(ctx, c.metricsAddr, rt, log)

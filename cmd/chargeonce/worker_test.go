@@ -138,6 +138,8 @@ func TestWorkerAndPublishBadConfiguration(t *testing.T) {
 		{[]string{"worker", "--db", db, "--max-deliver", "0"}, "--max-deliver"},
 		{[]string{"worker", "--db", db, "--ack-wait", "1s"}, "--ack-wait"},
 		{[]string{"worker", "--db", db, "--replicas", "-1"}, "--replicas"},
+		{[]string{"worker", "--db", db, "--merchant-concurrency", "-1"}, "--merchant-concurrency"},
+		{[]string{"worker", "--db", db, "--concurrency", "4", "--merchant-concurrency", "5"}, "--merchant-concurrency"},
 		{[]string{"worker", "--db", db, "--nats", "nats://127.0.0.1:1"}, "--nats"},
 		{[]string{"publish", "--amount", "5"}, "--order"},
 		{[]string{"publish", "--order", "5"}, "--amount"},
