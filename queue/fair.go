@@ -14,8 +14,9 @@ import (
 type fairQueue struct {
 	mu   sync.Mutex
 	cond *sync.Cond
-	// perMerchant caps one merchant's messages in flight, so a merchant
-	// with a backlog leaves handlers free for the others.
+	// perMerchant caps one merchant's messages in flight while another
+	// merchant has messages waiting, so a merchant with a backlog leaves
+	// handlers free for the others; a merchant alone uses them all.
 	perMerchant int
 	// max bounds the buffered messages; put waits beyond it.
 	max      int
@@ -73,7 +74,9 @@ func (q *fairQueue) take() (string, jetstream.Msg, bool) {
 		for i := range q.ring {
 			idx := (q.next + i) % len(q.ring)
 			merchant := q.ring[idx]
-			if q.inFlight[merchant] >= q.perMerchant {
+			// The cap holds only while another merchant has work
+			// waiting: alone, a merchant may use every handler.
+			if q.inFlight[merchant] >= q.perMerchant && len(q.ring) > 1 {
 				continue
 			}
 			fifo := q.fifos[merchant]
