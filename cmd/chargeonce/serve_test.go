@@ -236,7 +236,7 @@ func TestAPIKeysFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := startServe(t, freeAddr(t), "--api-keys-file", path)
+	r := startServe(t, "127.0.0.1:0", "--api-keys-file", path)
 	for apiKey, want := range map[string]int{
 		"sk_live_plain_secret":                    201,
 		"sk_live_hashed_secret":                   201,
@@ -278,7 +278,7 @@ func TestMerchantRates(t *testing.T) {
 	if err := os.WriteFile(path, []byte("acme:sk_live_acme\nshop:sk_live_shop\nrate shop 1/h burst 4\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := startServe(t, freeAddr(t), "--api-keys-file", path, "--merchant-rate", "1/m", "--merchant-burst", "2")
+	r := startServe(t, "127.0.0.1:0", "--api-keys-file", path, "--merchant-rate", "1/m", "--merchant-burst", "2")
 	for merchant, allowed := range map[string]int{"acme": 2, "shop": 4} {
 		for i := range allowed + 1 {
 			want := 201
@@ -307,7 +307,7 @@ func TestAPIKeysFileFromEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("CHARGEONCE_API_KEYS_FILE", path) // forbids t.Parallel
-	r := startServe(t, freeAddr(t))
+	r := startServe(t, "127.0.0.1:0")
 	if c := chargeWith(t, r.base, "sk_env_secret", "env-1"); c.Status != 201 {
 		t.Fatalf("charge with the key from CHARGEONCE_API_KEYS_FILE: %d %s", c.Status, c.Body)
 	}
@@ -318,7 +318,7 @@ func TestAPIKeysFileFromEnvironment(t *testing.T) {
 func TestMetricsAddr(t *testing.T) {
 	t.Parallel()
 	maddr := freeAddr(t)
-	r := startServe(t, freeAddr(t), "--metrics-addr", maddr)
+	r := startServe(t, "127.0.0.1:0", "--metrics-addr", maddr)
 	if c := chargeWith(t, r.base, "sk_test_demo", "metrics-1"); c.Status != 201 {
 		t.Fatalf("charge: %d %s", c.Status, c.Body)
 	}
