@@ -50,3 +50,13 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms, nil
 }
+
+// Latest is the version of the newest migration in dir (0 when there is
+// none): the schema a store that embeds them migrates a database to.
+func Latest(fsys fs.FS, dir string) (int, error) {
+	ms, err := Load(fsys, dir)
+	if err != nil || len(ms) == 0 {
+		return 0, err
+	}
+	return ms[len(ms)-1].Version, nil
+}
