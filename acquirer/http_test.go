@@ -122,8 +122,13 @@ func TestHTTPFaultsAreErrors(t *testing.T) {
 // capture, which still settles; retrying with the same reference finds it.
 func TestHTTPTimeoutIsUnknownAndCaptureCompletes(t *testing.T) {
 	t.Parallel()
-	sim, client, _ := setupHTTP(t, acquirer.Options{})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	// The client gives up after half a second, long enough for its request
+	// to reach the simulator on a loaded machine (the point is a capture
+	// that goes on after the client gave up), and the capture takes twice
+	// that.
+	const giveUp = 500 * time.Millisecond
+	sim, client, _ := setupHTTP(t, acquirer.Options{Slow: 2 * giveUp})
+	ctx, cancel := context.WithTimeout(t.Context(), giveUp)
 	defer cancel()
 	if _, err := client.Capture(ctx, req("ch_slow", acquirer.TokenSlow)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Capture error = %v, want context.DeadlineExceeded", err)
