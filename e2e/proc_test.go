@@ -435,6 +435,22 @@ func acquirerClient(p *proc) *acquirer.Client {
 	return acquirer.NewClient(p.URL(), &http.Client{Timeout: 10 * time.Second})
 }
 
+// capturesOf counts the captured captures the acquirer holds for order.
+func capturesOf(t *testing.T, acq *acquirer.Client, order int64) (int, []acquirer.Capture) {
+	t.Helper()
+	list, err := acq.ListByOrder(t.Context(), order, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	captured := 0
+	for _, c := range list {
+		if c.Status == "captured" {
+			captured++
+		}
+	}
+	return captured, list
+}
+
 // wantOneCapture wants the acquirer to hold exactly one capture for the
 // order, captured, under the charge's reference.
 func wantOneCapture(t *testing.T, acq *acquirer.Client, order int64, chargeID string) {

@@ -212,16 +212,7 @@ func TestSoak(t *testing.T) {
 	ac := acquirerClient(acq)
 	doubles := 0
 	for _, in := range all {
-		list, err := ac.ListByOrder(t.Context(), in.order, "demo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		captured := 0
-		for _, c := range list {
-			if c.Status == "captured" {
-				captured++
-			}
-		}
+		captured, list := capturesOf(t, ac, in.order)
 		switch {
 		case captured > 1:
 			doubles++

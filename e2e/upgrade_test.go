@@ -308,16 +308,7 @@ func TestRollingUpgrade(t *testing.T) {
 	ac := acquirerClient(acq)
 	doubles := 0
 	for _, in := range all {
-		list, err := ac.ListByOrder(t.Context(), in.order, "demo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		captured := 0
-		for _, cp := range list {
-			if cp.Status == "captured" {
-				captured++
-			}
-		}
+		captured, list := capturesOf(t, ac, in.order)
 		if captured > 1 {
 			doubles++
 			t.Errorf("order %d captured %d times: %+v", in.order, captured, list)
