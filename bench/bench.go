@@ -91,6 +91,15 @@ type Config struct {
 	// exist: the run creates it (and PATH.empty, PATH.preloaded for the
 	// preloaded comparison) and removes them at the end.
 	DB string
+	// Pooler, when set, is a postgres:// URL of a connection pooler
+	// (PgBouncer in transaction mode) in front of DB's server that serves
+	// any database name (a `* = host=… port=…` line). The run then creates
+	// a database of its own through DB (a schema's search_path cannot travel
+	// through a pooler), migrates it on DB's direct connection, as
+	// migrations require, and runs every way that talks to PostgreSQL
+	// (chargeonce, raw SQL, minimal) through the pooler. It drops the
+	// database at the end.
+	Pooler string
 	// Duration is how long each way is measured per workload and
 	// concurrency, split into Rounds interleaved slices.
 	Duration time.Duration
@@ -166,6 +175,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--db must be postgres://… or sqlite:PATH; got %q", redactURL(c.DB))
 	case strings.HasPrefix(c.DB, "sqlite:") && strings.TrimPrefix(c.DB, "sqlite:") == "":
 		return fmt.Errorf("--db: sqlite: needs a file path, as in sqlite:bench.db")
+	case c.Pooler != "" && !isPostgres(c.DB):
+		return fmt.Errorf("--pooler needs a postgres:// --db to create the run's database through; got %q", redactURL(c.DB))
+	case c.Pooler != "" && !isPostgres(c.Pooler):
+		return fmt.Errorf("--pooler must be a postgres:// URL; got %q", redactURL(c.Pooler))
 	case c.Duration <= 0:
 		return fmt.Errorf("--duration must be positive; got %s", c.Duration)
 	case c.Rounds < 1:
@@ -256,6 +269,7 @@ type bench struct {
 	// run's own schema (or file).
 	main     string
 	schemas  []string // PostgreSQL schemas to drop
+	dbs      []string // PostgreSQL databases to drop (--pooler)
 	files    []string // SQLite files to remove
 	parent   *parentStore
 	children []*child

@@ -245,6 +245,56 @@ func TestRunPostgres(t *testing.T) {
 	}
 }
 
+// Through a real PgBouncer in transaction mode: the run creates a database
+// of its own, migrates it directly, measures every way through the pooler
+// and drops the database at the end.
+func TestRunThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	base := pgtest.AdminURL(t)
+	pooler := pgtest.PgBouncerServer(t, base)
+	var out, log apitest.Buffer
+	cfg := tiny(base, &out, &log)
+	cfg.Pooler = pooler
+	if err := bench.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
+	}
+	checkOutput(t, out.String(), log.String())
+	if !strings.Contains(out.String(), "through the pooler") {
+		t.Errorf("the report does not say it ran through the pooler\n%s", out.String())
+	}
+	m := regexp.MustCompile(`/(chargeonce_bench_[0-9a-f]+)\?`).FindStringSubmatch(log.String())
+	if m == nil {
+		t.Fatalf("the log does not name the run's database\n%s", log.String())
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var left int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE $1 || '%'`, m[1]).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d of the run's databases are left behind", left)
+	}
+}
+
+// A --pooler that reaches PostgreSQL directly would measure cached
+// statements: the run refuses it, naming the flag, and leaves nothing.
+func TestDirectPoolerIsRefused(t *testing.T) {
+	t.Parallel()
+	base := pgtest.AdminURL(t)
+	var out, log apitest.Buffer
+	cfg := tiny(base, &out, &log)
+	cfg.Pooler = base
+	err := bench.Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "--pooler") || !strings.Contains(err.Error(), "directly") {
+		t.Fatalf("Run: %v, want an error naming --pooler", err)
+	}
+}
+
 func TestExistingSQLiteFileIsRefused(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "precious.db")
@@ -270,6 +320,7 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		"--warmup":   func(c *bench.Config) { c.Warmup = -time.Second },
 		"--group":    func(c *bench.Config) { c.Group = 1 },
 		"--preload":  func(c *bench.Config) { c.Preload = -1 },
+		"--pooler":   func(c *bench.Config) { c.Pooler = "mysql://x" },
 	} {
 		var out, log apitest.Buffer
 		cfg := tiny("sqlite:"+filepath.Join(t.TempDir(), "b.db"), &out, &log)

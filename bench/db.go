@@ -43,6 +43,9 @@ func (p *parentStore) close() {
 // newDatabase creates a fresh schema (PostgreSQL) or claims a fresh file
 // (SQLite) for the run, named with suffix, and returns its --db value.
 func (b *bench) newDatabase(ctx context.Context, suffix string) (string, error) {
+	if b.cfg.Pooler != "" {
+		return b.newPooledDatabase(ctx, "chargeonce_bench_"+b.runID+suffix)
+	}
 	if b.postgres {
 		schema := "chargeonce_bench_" + b.runID + suffix
 		if err := b.execAdmin(ctx, "CREATE SCHEMA "+schema); err != nil {
@@ -75,6 +78,13 @@ func (b *bench) dropDatabases() error {
 		}
 	}
 	b.schemas = nil
+	for _, d := range b.dbs {
+		// FORCE ends the pooler's server connections to it.
+		if err := b.execAdmin(ctx, "DROP DATABASE IF EXISTS "+d+" WITH (FORCE)"); err != nil {
+			errs = append(errs, fmt.Errorf("dropping database %s: %w", d, err))
+		}
+	}
+	b.dbs = nil
 	for _, f := range b.files {
 		for _, p := range []string{f, f + "-wal", f + "-shm"} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -84,6 +94,62 @@ func (b *bench) dropDatabases() error {
 	}
 	b.files = nil
 	return errors.Join(errs...)
+}
+
+// newPooledDatabase creates the database name through --db, migrates it on
+// a direct connection (migrations refuse a pooler: they hold a session lock
+// and set lock_timeout per step) and returns its URL through --pooler.
+func (b *bench) newPooledDatabase(ctx context.Context, name string) (string, error) {
+	if err := b.execAdmin(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("--db: creating database %s: %w", name, err)
+	}
+	b.dbs = append(b.dbs, name)
+	direct, err := withDatabase(b.cfg.DB, name)
+	if err != nil {
+		return "", fmt.Errorf("--db: %w", err)
+	}
+	pooled, err := withDatabase(b.cfg.Pooler, name)
+	if err != nil {
+		return "", fmt.Errorf("--pooler: %w", err)
+	}
+	s, err := postgres.Open(ctx, direct)
+	if err != nil {
+		return "", fmt.Errorf("--db: %w", err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		return "", fmt.Errorf("--db: migrating %s: %w", name, err)
+	}
+	// A --pooler that reaches PostgreSQL directly would measure cached
+	// statements, not what the flag promises.
+	if err := checkPooled(ctx, pooled); err != nil {
+		return "", err
+	}
+	return pooled, nil
+}
+
+// checkPooled opens url and fails unless it goes through a pooler.
+func checkPooled(ctx context.Context, u string) error {
+	s, err := postgres.Open(ctx, u)
+	if err != nil {
+		return fmt.Errorf("--pooler: %w", err)
+	}
+	defer s.Close()
+	if !s.Pooled() {
+		return fmt.Errorf("--pooler: %s reaches PostgreSQL directly, not through a pooler", redactURL(u))
+	}
+	return nil
+}
+
+// withDatabase returns base naming the database name instead of its own.
+func withDatabase(base, name string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("must be a postgres:// URL: %w", err)
+	}
+	u.Path = "/" + name
+	u.RawPath = ""
+	return u.String(), nil
 }
 
 // execAdmin runs one statement on a connection of its own to --db.

@@ -72,6 +72,9 @@ func fmtMB(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }
 func (b *bench) report() {
 	w := b.cfg.Out
 	what := "PostgreSQL " + redactURL(b.cfg.DB)
+	if b.cfg.Pooler != "" {
+		what = "PostgreSQL through the pooler " + redactURL(b.cfg.Pooler) + " (unnamed statements; migrated directly on " + redactURL(b.cfg.DB) + ")"
+	}
 	if !b.postgres {
 		what = "SQLite " + strings.TrimPrefix(b.cfg.DB, "sqlite:")
 	}

@@ -85,6 +85,8 @@ type Store struct {
 	// batches coalesces concurrent attempts' KeyInsert and KeyComplete
 	// (batch.go); nil with WithoutBatching.
 	batches *batcher
+	// pooled is true when Open found a pooler in front of PostgreSQL.
+	pooled bool
 }
 
 var _ chargeonce.Store = (*Store)(nil)
@@ -115,8 +117,9 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 	// parameters and hands each transaction to whichever server connection
 	// is free (docs/pooler.md). How statements are sent depends on which it
 	// is; a URL's default_query_exec_mode wins.
+	var pooled bool
 	if !strings.Contains(connString, "default_query_exec_mode") {
-		pooled, err := behindPooler(ctx, cfg.ConnConfig)
+		pooled, err = behindPooler(ctx, cfg.ConnConfig)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 		}
@@ -152,7 +155,7 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 		pool.Close()
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, pooled: pooled}
 	if !o.noBatching {
 		newBatchers(s)
 	}
@@ -162,6 +165,11 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 // Pool returns the store's connection pool, for the readiness check, metrics
 // and tests that need to reach under the store.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Pooled reports whether Open found a connection pooler between the store
+// and PostgreSQL, and so sends every statement unnamed. It is false when the
+// URL chose default_query_exec_mode itself (Open then does not look).
+func (s *Store) Pooled() bool { return s.pooled }
 
 // Ping reports whether the database is reachable.
 func (s *Store) Ping(ctx context.Context) error {

@@ -36,6 +36,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var concurrency, workloads string
 	fs := newFlagSet("bench", stderr)
 	fs.StringVar(&cfg.DB, "db", benchDefaultDB(), "database: postgres://… (the run creates a schema of its own and drops it) or sqlite:PATH (PATH must not exist; created and removed); default TEST_DATABASE_URL, else "+bench.DefaultDB)
+	fs.StringVar(&cfg.Pooler, "pooler", "", "postgres:// URL of a pooler (PgBouncer, transaction mode) in front of --db's server, serving any database name: the run creates a database of its own through --db, migrates it directly, and measures every way through the pooler")
 	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "how long each way is measured per workload and concurrency")
 	fs.IntVar(&cfg.Rounds, "rounds", bench.DefaultRounds, "interleaved rounds the duration is split into, the order of the ways rotating each round")
 	fs.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "unmeasured warm-up of each way before each workload and concurrency")

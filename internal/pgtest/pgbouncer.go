@@ -62,6 +62,28 @@ func PgBouncer(t testing.TB, target string) string {
 			t.Fatalf("pgtest.PgBouncer: runtime parameter %s in %s: PgBouncer would refuse it", k, redact(target))
 		}
 	}
+	return startPgBouncer(t, cfg, connectQuery, false)
+}
+
+// PgBouncerServer starts a real PgBouncer in transaction mode, configured
+// as PgBouncer does, in front of the server target points at, serving every database of
+// that server under its own name (a `* =` entry), and returns a URL to it
+// naming target's database. target must carry no runtime parameter. It is
+// stopped in t.Cleanup; the test fails loudly when PgBouncer cannot start.
+func PgBouncerServer(t testing.TB, target string) string {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(target)
+	if err != nil {
+		t.Fatalf("pgtest.PgBouncerServer: parsing %s: %v", redact(target), err)
+	}
+	for k := range cfg.RuntimeParams {
+		t.Fatalf("pgtest.PgBouncerServer: runtime parameter %s in %s: PgBouncer would refuse it", k, redact(target))
+	}
+	return startPgBouncer(t, cfg, "", true)
+}
+
+func startPgBouncer(t testing.TB, cfg *pgconn.Config, connectQuery string, anyDB bool) string {
+	t.Helper()
 	bin, err := pgbouncerBinary()
 	if err != nil {
 		t.Fatalf("pgtest.PgBouncer: %v", err)
@@ -80,10 +102,9 @@ func PgBouncer(t testing.TB, target string) string {
 			t.Fatalf("pgtest.PgBouncer: handing %s to %s: %v", dir, own.name, err)
 		}
 	}
-
 	var errs []error
 	for range launchAttempts {
-		b, err := launchPgBouncer(own, bin, dir, cfg, connectQuery)
+		b, err := launchPgBouncer(own, bin, dir, cfg, connectQuery, anyDB)
 		if err == nil {
 			t.Cleanup(b.stop)
 			return b.url
@@ -114,7 +135,7 @@ type bouncer struct {
 
 // launchPgBouncer writes a configuration for a free port, starts PgBouncer
 // and waits until a query goes through it.
-func launchPgBouncer(own *owner, bin, dir string, target *pgconn.Config, connectQuery string) (*bouncer, error) {
+func launchPgBouncer(own *owner, bin, dir string, target *pgconn.Config, connectQuery string, anyDB bool) (*bouncer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	port, err := freePort(ctx)
@@ -122,6 +143,13 @@ func launchPgBouncer(own *owner, bin, dir string, target *pgconn.Config, connect
 		return nil, err
 	}
 	db := fmt.Sprintf("host=%s port=%d dbname=%s user=%s", target.Host, target.Port, target.Database, target.User)
+	name, urlDB := pgbouncerDB, pgbouncerDB
+	if anyDB {
+		// The fallback entry: any database name a client asks for is the
+		// same name on target's server.
+		db = fmt.Sprintf("host=%s port=%d user=%s", target.Host, target.Port, target.User)
+		name, urlDB = "*", target.Database
+	}
 	if target.Password != "" {
 		db += " password=" + target.Password
 	}
@@ -131,7 +159,7 @@ func launchPgBouncer(own *owner, bin, dir string, target *pgconn.Config, connect
 	logPath := filepath.Join(dir, "pgbouncer.log")
 	ini := strings.Join([]string{
 		"[databases]",
-		pgbouncerDB + " = " + db,
+		name + " = " + db,
 		"[pgbouncer]",
 		"listen_addr = 127.0.0.1",
 		"listen_port = " + strconv.Itoa(port),
@@ -173,7 +201,7 @@ func launchPgBouncer(own *owner, bin, dir string, target *pgconn.Config, connect
 		Scheme:   "postgres",
 		User:     url.User(target.User),
 		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		Path:     "/" + pgbouncerDB,
+		Path:     "/" + urlDB,
 		RawQuery: "sslmode=disable",
 	}).String()
 
