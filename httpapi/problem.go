@@ -1,39 +1,13 @@
 package httpapi
 
 import (
-	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/wire"
 )
-
-// problemInfo is how an error code is shown over HTTP.
-type problemInfo struct {
-	status int
-	title  string
-}
-
-// problems maps every error code to its status and title: the one table
-// where the service's errors become HTTP.
-var problems = map[string]problemInfo{
-	chargeonce.EINVALID:      {http.StatusBadRequest, "Validation failed"},
-	chargeonce.EMISSINGKEY:   {http.StatusBadRequest, "Missing Idempotency-Key"},
-	chargeonce.EINVALIDKEY:   {http.StatusBadRequest, "Invalid Idempotency-Key"},
-	chargeonce.EUNAUTHORIZED: {http.StatusUnauthorized, "Unauthorized"},
-	chargeonce.ENOTFOUND:     {http.StatusNotFound, "Not found"},
-	chargeonce.EMETHOD:       {http.StatusMethodNotAllowed, "Method not allowed"},
-	chargeonce.EINPROGRESS:   {http.StatusConflict, "Request in progress"},
-	chargeonce.ETOOLARGE:     {http.StatusRequestEntityTooLarge, "Payload too large"},
-	chargeonce.EKEYREUSED:    {http.StatusUnprocessableEntity, "Idempotency-Key reused"},
-	chargeonce.EDECLINED:     {http.StatusPaymentRequired, "Card declined"},
-	chargeonce.EUNAVAILABLE:  {http.StatusServiceUnavailable, "Service unavailable"},
-	chargeonce.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
-	chargeonce.EOVERLOADED:   {http.StatusServiceUnavailable, "Overloaded"},
-	chargeonce.ERATELIMITED:  {http.StatusTooManyRequests, "Rate limited"},
-}
 
 // defaultRetryAfter is sent with a 409 or a 503 whose error carries no
 // RetryAfter of its own: the attempt holding a key normally finishes within
@@ -47,37 +21,16 @@ func retryAfterHeader(d time.Duration) string {
 	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
 }
 
-// problemFor returns err's code and how it is shown; codes without an entry
-// are internal errors.
-func problemFor(err error) (string, problemInfo) {
-	code := chargeonce.ErrorCode(err)
-	if info, ok := problems[code]; ok {
-		return code, info
-	}
-	return chargeonce.EINTERNAL, problems[chargeonce.EINTERNAL]
-}
+// problemFor returns err's code and how it is shown (wire's one table).
+func problemFor(err error) (string, wire.ProblemInfo) { return wire.ProblemFor(err) }
 
 // Problem returns the status and the exact application/problem+json body
-// the API answers for err. The queue worker publishes the same bytes for the
-// same mistake.
-func Problem(err error) (status int, body []byte) { return problem(err, "") }
+// the API answers for err.
+func Problem(err error) (status int, body []byte) { return wire.Problem(err, "") }
 
 // problem is Problem with the request id requestID (if any) in the body.
 func problem(err error, requestID string) (status int, body []byte) {
-	code, info := problemFor(err)
-	var field string
-	if e := (*chargeonce.Error)(nil); errors.As(err, &e) {
-		field = e.Field
-	}
-	body, _ = json.Marshal(chargeonce.Problem{
-		Type:      chargeonce.ProblemTypeBase + code,
-		Title:     info.title,
-		Status:    info.status,
-		Detail:    chargeonce.ErrorMessage(err),
-		Field:     field,
-		RequestID: requestID,
-	})
-	return info.status, body
+	return wire.Problem(err, requestID)
 }
 
 // RejectionObserver is told every request the API refused as the client's

@@ -113,7 +113,7 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		status := resp.Status
 		if err != nil {
 			_, info := problemFor(err)
-			status = info.status
+			status = info.Status
 		}
 		s.outcomes.Outcome(status, resp.Replayed)
 	}

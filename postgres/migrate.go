@@ -80,10 +80,20 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrating: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
-		// The lock may have been granted as ctx ended: drop the session.
-		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
-		return fmt.Errorf("migrating: taking the migration lock: %w", err)
+	// The URL's lock_timeout and statement_timeout bound the service's
+	// statements, not the wait for another instance's migrations nor a
+	// backfill batch or an index build: the migration session runs without
+	// them (each step sets its own lock timeout), and release restores them.
+	for _, set := range []string{"SET lock_timeout = 0", "SET statement_timeout = 0", "SELECT pg_advisory_lock($1)"} {
+		var args []any
+		if strings.HasPrefix(set, "SELECT") {
+			args = []any{migrateLockKey}
+		}
+		if _, err := conn.Exec(ctx, set, args...); err != nil {
+			// The lock may have been granted as ctx ended: drop the session.
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+			return fmt.Errorf("migrating: taking the migration lock: %w", err)
+		}
 	}
 	defer release(ctx, conn)
 	m := migrator{conn: conn.Conn()}
@@ -93,8 +103,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// release gives up the migration lock and the connection. When the unlock
-// cannot run (ctx ended, connection broken), the connection is closed, which
+// release gives up the migration lock, restores the URL's timeouts and
+// gives back the connection. When either cannot run (ctx ended, connection broken), the connection is closed, which
 // releases the lock with the session.
 func release(ctx context.Context, conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -102,6 +112,12 @@ func release(ctx context.Context, conn *pgxpool.Conn) {
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", migrateLockKey); err != nil {
 		_ = conn.Hijack().Close(ctx)
 		return
+	}
+	for _, reset := range []string{"RESET lock_timeout", "RESET statement_timeout"} {
+		if _, err := conn.Exec(ctx, reset); err != nil {
+			_ = conn.Hijack().Close(ctx)
+			return
+		}
 	}
 	conn.Release()
 }

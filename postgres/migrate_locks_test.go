@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/chargeonce/chargeonce/internal/pgtest"
+	"github.com/chargeonce/chargeonce/postgres"
 )
 
 // TestMigrateWaitsAside migrates while a long transaction holds a lock on
@@ -166,4 +167,61 @@ func describeSchema(t *testing.T, conn *pgx.Conn) string {
 		t.Fatal(err)
 	}
 	return strings.ReplaceAll(strings.Join(lines, "\n"), schema+".", "")
+}
+
+// TestMigrateWaitsForTheMigrationLock: an instance whose URL bounds lock
+// waits (lock_timeout, statement_timeout: common settings) starts while
+// another instance is migrating. Its Migrate waits for the migration lock
+// and then finds the work done; the URL's timeouts are for the service's
+// statements, not for taking turns at migrating (seen failing before:
+// "taking the migration lock: ... canceling statement due to lock timeout
+// (SQLSTATE 55P03)").
+func TestMigrateWaitsForTheMigrationLock(t *testing.T) {
+	t.Parallel()
+	const (
+		// migrateLockKey, the key every Migrate takes ("chargonc").
+		migrateLockKey = 0x63686172676f6e63
+		hold           = 700 * time.Millisecond
+	)
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	for _, params := range []string{"&lock_timeout=100ms", "&statement_timeout=100ms"} {
+		if _, err := other.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(migrateLockKey)); err != nil {
+			t.Fatal(err)
+		}
+		released := make(chan error, 1)
+		go func() {
+			time.Sleep(hold)
+			_, err := other.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(migrateLockKey))
+			released <- err
+		}()
+		store, err := postgres.Open(ctx, url+params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Migrate(ctx); err != nil {
+			t.Errorf("%s: Migrate while another instance migrates: %v", params, err)
+		}
+		if err := <-released; err != nil {
+			t.Fatal(err)
+		}
+		// The migration's session gave the URL's timeout back.
+		name, want, _ := strings.Cut(strings.TrimPrefix(params, "&"), "=")
+		for _, c := range store.Pool().AcquireAllIdle(ctx) {
+			var got string
+			if err := c.QueryRow(ctx, "SHOW "+name).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			c.Release()
+			if got != want {
+				t.Errorf("%s after Migrate: %s on a pooled connection, want %s", name, got, want)
+			}
+		}
+		store.Close()
+	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
-	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/idempotency"
 	"github.com/chargeonce/chargeonce/wire"
 )
@@ -348,7 +347,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
 		return OutcomeInProgress, redelivered
 	case code == chargeonce.EKEYREUSED:
-		status, body := httpapi.Problem(err)
+		status, body := wire.Problem(err, "")
 		r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
 		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
 			w.log.Warn("publishing a 422 result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
@@ -412,7 +411,7 @@ func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchan
 // API gives, copies it to charges.dead.<merchant> and terminates it, so it
 // never blocks the stream.
 func (w *Worker) poison(ctx context.Context, msg jetstream.Msg, merchant, key string, seq uint64, cause error) string {
-	status, body := httpapi.Problem(cause)
+	status, body := wire.Problem(cause, "")
 	r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
 	err := publish(ctx, w.js, r.Msg())
 	if err == nil {
