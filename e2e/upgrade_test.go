@@ -68,8 +68,10 @@ func buildRelease(t *testing.T) (version, bin string) {
 // side on one database under load, as a rolling deploy does: N−1 serves a
 // fresh schema (its own migrations), N's migrations apply under its
 // traffic, N starts beside it, both take requests, then N−1 is stopped
-// with SIGTERM. Every intent is posted again and again, on either
-// instance: no answer may be a 500, every intent must keep the one final
+// with SIGTERM. Some intents lose the acquirer's answer (tok_fail_after,
+// tok_fail_before): their 202 is settled by recovery, on whichever release
+// gets there first, across the deploy. Every intent is posted again and
+// again, on either instance: no answer may be a 500, every intent must keep the one final
 // answer it got first, and the acquirer must hold one capture per approved
 // intent.
 func TestRollingUpgrade(t *testing.T) {
@@ -128,13 +130,14 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 
 	type intent struct {
-		key   string
-		order int64
-		token string
-		body  []byte
-		mu    sync.Mutex
-		first answer // the first final answer
-		posts int
+		key    string
+		order  int64
+		token  string
+		body   []byte
+		mu     sync.Mutex
+		first  answer // the first final answer
+		posts  int
+		got202 bool // settled by recovery: an attempt answered 202
 	}
 	var (
 		all       []*intent
@@ -156,6 +159,7 @@ func TestRollingUpgrade(t *testing.T) {
 			count(base, a)
 			in.mu.Lock()
 			in.posts++
+			in.got202 = in.got202 || (a.err == nil && a.status == 202)
 			in.mu.Unlock()
 			switch {
 			case a.final():
@@ -199,11 +203,17 @@ func TestRollingUpgrade(t *testing.T) {
 				if len(mine) < perPool && !time.Now().Before(next) {
 					order := newOrder()
 					token := "tok_ok"
-					switch rng.IntN(6) {
+					switch rng.IntN(8) {
 					case 0:
 						token = "tok_declined"
 					case 1:
 						token = "tok_slow"
+					case 2:
+						// The answer is lost after the capture: 202,
+						// and recovery (of either release) settles it.
+						token = "tok_fail_after"
+					case 3:
+						token = "tok_fail_before"
 					}
 					in = &intent{key: uniqueName("upgrade-"), order: order, token: token, body: chargeBody(order, token)}
 					mine = append(mine, in)
@@ -283,8 +293,11 @@ func TestRollingUpgrade(t *testing.T) {
 	// Every intent settled once: one more replay on N gives the first
 	// final answer again.
 	c := &http.Client{Transport: transport, Timeout: 10 * time.Second}
-	approved, declined, posts := 0, 0, 0
+	approved, declined, posts, recovered := 0, 0, 0, 0
 	for _, in := range all {
+		if in.got202 {
+			recovered++
+		}
 		if in.first.status == 0 {
 			continue
 		}
@@ -300,7 +313,7 @@ func TestRollingUpgrade(t *testing.T) {
 		case 402:
 			declined++
 		}
-		if want := map[string]int{"tok_ok": 201, "tok_slow": 201, "tok_declined": 402}[in.token]; in.first.status != want {
+		if want := map[string]int{"tok_ok": 201, "tok_slow": 201, "tok_fail_after": 201, "tok_fail_before": 201, "tok_declined": 402}[in.token]; in.first.status != want {
 			t.Errorf("%s (%s): final %s; want %d", in.key, in.token, in.first, want)
 		}
 	}
@@ -327,7 +340,7 @@ SELECT (SELECT count(*) FROM charges WHERE status = 'captured'),
 	})
 
 	t.Logf("upgrade %s -> this tree: builds %v; %s", version, built.Round(time.Millisecond), strings.Join(at, ", "))
-	t.Logf("upgrade: %d intents (%d approved, %d declined), %d posts; %d migrations recorded", len(all), approved, declined, posts, migrations)
+	t.Logf("upgrade: %d intents (%d approved, %d declined, %d of them answered 202 and settled by recovery), %d posts; %d migrations recorded", len(all), approved, declined, recovered, posts, migrations)
 	mu.Lock()
 	var ns []string
 	for n := range tallies {
@@ -350,6 +363,9 @@ SELECT (SELECT count(*) FROM charges WHERE status = 'captured'),
 	t.Logf("upgrade: acquirer %d captures (%d requests, %d duplicate requests); database %d charges, %d captured; 500s=%d doubles=%d unsettled=%d changed_answers=%d",
 		st.Captures, st.CaptureRequests, st.DuplicateRequests, storedCharges, storedCaptured, errs500.Load(), doubles, unsettled.Load(), changed.Load())
 
+	if recovered == 0 {
+		t.Errorf("no intent went through recovery: the lost answers did not happen")
+	}
 	if len(all) != workers*perPool {
 		t.Errorf("%d intents; want %d", len(all), workers*perPool)
 	}
