@@ -363,7 +363,7 @@ func (e *Engine) driveAttempt(ctx context.Context, rec chargeonce.KeyRecord, tok
 	d := e.Backoff(rec.RecoveryAttempts)
 	resp := e.run(ctx, rec, token, d, false, lookFirst)
 	if resp.Status == 202 {
-		resp.RetryAfter = d
+		resp.RetryAfter = max(resp.RetryAfter, d)
 	}
 	return resp
 }
@@ -551,6 +551,16 @@ func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst b
 	return res, err
 }
 
+// RetryAfterError is implemented by an acquirer's error that says how long
+// to wait before asking again (Stripe's Retry-After on a 429 or a 503, a
+// lookup whose search index lags): the record is not driven again sooner,
+// whatever its own back-off, so that recovery never hammers an acquirer
+// that asked for quiet. It is found anywhere in the error's chain.
+type RetryAfterError interface {
+	error
+	RetryAfter() time.Duration
+}
+
 // unsureError is the error of a re-drive whose lookup could not tell
 // whether the acquirer holds a capture for the reference
 // (chargeonce.LookupUnsure): the reference is not sent, and the record waits
@@ -560,6 +570,9 @@ type unsureError struct {
 	reason     string
 	retryAfter time.Duration
 }
+
+// RetryAfter implements RetryAfterError.
+func (e *unsureError) RetryAfter() time.Duration { return e.retryAfter }
 
 func (e *unsureError) Error() string {
 	msg := "looking up reference " + e.reference + ": the acquirer cannot tell yet whether it holds a capture; not sending it"
@@ -592,15 +605,15 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
 	}
 	if err != nil {
-		if ue, ok := errors.AsType[*unsureError](err); ok {
-			backoff = max(backoff, ue.retryAfter)
+		if ra, ok := errors.AsType[RetryAfterError](err); ok {
+			backoff = max(backoff, ra.RetryAfter())
 		}
 		// Unknown outcome: the money may or may not have moved. Answer 202
 		// and hand the record to recovery now rather than after the lease.
 		e.log.Warn("acquirer outcome unknown; record left for recovery",
 			"charge_id", ch.ID, "merchant", ch.MerchantID, "recovering", recovering, "err", err)
 		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, backoff, recovering)
-		return Response{Status: 202, Body: EncodeCharge(&ch)}
+		return Response{Status: 202, Body: EncodeCharge(&ch), RetryAfter: backoff}
 	}
 
 	final := ch

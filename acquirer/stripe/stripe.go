@@ -43,6 +43,10 @@ const (
 	// itself. Every request the adapter makes is a GET or a POST carrying
 	// the charge reference as its Idempotency-Key, so its retries are safe.
 	DefaultMaxNetworkRetries = 2
+	// MaxRetryAfter caps how long a Retry-After from Stripe holds a charge
+	// back, so that a malformed or hostile header cannot park a charge for
+	// days.
+	MaxRetryAfter = time.Hour
 )
 
 // Metadata keys of the PaymentIntents the adapter creates.
@@ -161,7 +165,8 @@ func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (
 
 	pi, err := a.sc.V1PaymentIntents.Create(ctx, params)
 	if err != nil {
-		return captureError(req.Reference, err)
+		res, cerr := captureError(req.Reference, err)
+		return res, a.withRetryAfter(err, cerr)
 	}
 	res, settled := result(req.Reference, pi)
 	if !settled {
@@ -190,6 +195,63 @@ func captureError(reference string, err error) (chargeonce.CaptureResult, error)
 		return chargeonce.CaptureResult{}, fmt.Errorf("%w: %s", chargeonce.ErrCaptureRejected, summary)
 	}
 	return chargeonce.CaptureResult{}, errors.New(summary)
+}
+
+// RetryError is an unknown outcome, or a failed lookup, that Stripe
+// answered 429 or 503 with a Retry-After header: the engine
+// (engine.RetryAfterError) drives the charge again no sooner than that.
+type RetryError struct {
+	Err   error
+	After time.Duration
+}
+
+// Error implements error.
+func (e *RetryError) Error() string {
+	return fmt.Sprintf("%v (Stripe asks to retry after %s)", e.Err, e.After)
+}
+
+// Unwrap returns the error Stripe's answer made.
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// RetryAfter is how long Stripe asked to wait, at most MaxRetryAfter.
+func (e *RetryError) RetryAfter() time.Duration { return e.After }
+
+// withRetryAfter wraps err, the error a call returns, in a *RetryError when
+// cause, what stripe-go returned, is a 429 or 503 answer carrying a
+// Retry-After header (delay-seconds or an HTTP date); otherwise it returns
+// err as it is.
+func (a *Acquirer) withRetryAfter(cause, err error) error {
+	if err == nil {
+		return nil
+	}
+	se, ok := errors.AsType[*stripego.Error](cause)
+	if !ok || se.LastResponse == nil || (se.HTTPStatusCode != http.StatusTooManyRequests && se.HTTPStatusCode != http.StatusServiceUnavailable) {
+		return err
+	}
+	d, ok := parseRetryAfter(se.LastResponse.Header.Get("Retry-After"), a.opts.Now())
+	if !ok {
+		return err
+	}
+	return &RetryError{Err: err, After: min(d, MaxRetryAfter)}
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0, false
+		}
+		return time.Duration(min(secs, int64(MaxRetryAfter/time.Second))) * time.Second, true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil || !at.After(now) {
+		return 0, false
+	}
+	return at.Sub(now), true
 }
 
 // rejected reports whether a Stripe answer with status refuses the request
@@ -253,7 +315,7 @@ func (a *Acquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (ch
 	var found []*stripego.PaymentIntent
 	for pi, err := range a.sc.V1PaymentIntents.Search(ctx, params) {
 		if err != nil {
-			return chargeonce.LookupResult{}, fmt.Errorf("stripe: searching PaymentIntents of %s: %w", req.Reference, err)
+			return chargeonce.LookupResult{}, a.withRetryAfter(err, fmt.Errorf("stripe: searching PaymentIntents of %s: %w", req.Reference, err))
 		}
 		if pi.Metadata[MetaReference] == req.Reference {
 			found = append(found, pi)

@@ -238,3 +238,34 @@ func TestLookupIsHonest(t *testing.T) {
 		t.Fatalf("a declined PaymentIntent: %+v; want found, insufficient_funds", lr)
 	}
 }
+
+// TestRetryAfter: a 429 or 503 carrying Retry-After is an unknown outcome
+// whose error says how long Stripe asked to wait (the engine holds the
+// charge back that long); other unknown outcomes say nothing.
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	e := setup(t, stripetest.Options{RetryAfter: 3 * time.Second}, stripe.Options{}, 0)
+	for _, tc := range []struct {
+		pm   string
+		want time.Duration
+	}{
+		{stripetest.PMRateLimited, 3 * time.Second},
+		{stripetest.PMUnavailable, 3 * time.Second},
+		{stripetest.PMFailBefore, 0},
+	} {
+		_, err := e.acq.Capture(t.Context(), capture("ch_ra_"+tc.pm, tc.pm))
+		if err == nil || errors.Is(err, chargeonce.ErrCaptureRejected) {
+			t.Fatalf("%s: %v; want an unknown outcome", tc.pm, err)
+		}
+		var got time.Duration
+		if ra, ok := errors.AsType[interface {
+			error
+			RetryAfter() time.Duration
+		}](err); ok {
+			got = ra.RetryAfter()
+		}
+		if got != tc.want {
+			t.Errorf("%s: RetryAfter %s; want %s (%v)", tc.pm, got, tc.want, err)
+		}
+	}
+}

@@ -17,11 +17,16 @@
 //	                                           the key keeps the success, as Stripe's does
 //	pm_drop_after                              created and succeeded, then the connection is cut
 //	                                           without an answer (the key keeps the success)
-//	pm_rate_limited                            429, nothing created
+//	pm_rate_limited                            429, nothing created (Retry-After: Options.RetryAfter)
+//	pm_unavailable                             503, nothing created (Retry-After: Options.RetryAfter)
+//	pm_slow                                    succeeded after Options.Slow; the key is in use meanwhile
+//	                                           (a request with it answers 409 idempotency_key_in_use)
 //	pm_invalid                                 400 invalid_request_error, nothing created
 //
-// The faults strike only the first request for a reference, like a transient
-// outage; later requests behave as pm_card_visa would.
+// The faults strike only the first request for a reference (the first
+// Options.FaultRequests), like a transient outage; later requests behave as
+// pm_card_visa would. While a fault after the commit lasts, a replay of the
+// key is lost too: the outage is between the caller and Stripe.
 package stripetest
 
 import (
@@ -47,6 +52,8 @@ const (
 	PMFailAfter           = "pm_fail_after"
 	PMDropAfter           = "pm_drop_after"
 	PMRateLimited         = "pm_rate_limited"
+	PMUnavailable         = "pm_unavailable"
+	PMSlow                = "pm_slow"
 	PMInvalid             = "pm_invalid"
 	DeclineInsufficient   = "insufficient_funds"
 	DeclineGenericDecline = "generic_decline"
@@ -61,6 +68,15 @@ type Options struct {
 	KeyTTL time.Duration
 	// SearchLag is how long a new PaymentIntent stays invisible to search.
 	SearchLag time.Duration
+	// FaultRequests is how many requests for a reference a fault payment
+	// method strikes (0 means 1): more than the caller's own retries make
+	// its answer lost for good.
+	FaultRequests int
+	// RetryAfter, when positive, is sent as Retry-After (whole seconds,
+	// rounded up) with the 429 and 503 answers.
+	RetryAfter time.Duration
+	// Slow is how long pm_slow holds its request before it commits.
+	Slow time.Duration
 }
 
 // PaymentIntent is the fake's record of one PaymentIntent.
@@ -99,6 +115,8 @@ type savedAnswer struct {
 type Request struct {
 	Method, Path, IdempotencyKey string
 	Form                         url.Values
+	// At is when it arrived.
+	At time.Time
 }
 
 // Fake is the fake Stripe API; serve it with httptest.NewServer. It is safe
@@ -130,7 +148,7 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
-	f.requests = append(f.requests, Request{Method: r.Method, Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.Form})
+	f.requests = append(f.requests, Request{Method: r.Method, Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: r.Form, At: time.Now()})
 	f.mu.Unlock()
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
@@ -147,21 +165,28 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	params := form.Encode()
 	now := time.Now()
+	pm := form.Get("payment_method")
+	ref := form.Get("metadata[chargeonce_reference]")
 
 	f.mu.Lock()
+	f.seen[ref]++
+	faulty := f.seen[ref] <= max(f.opts.FaultRequests, 1)
 	if key != "" {
 		if a := f.keys[key]; a != nil && f.opts.KeyTTL > 0 && now.Sub(a.since) > f.opts.KeyTTL {
 			delete(f.keys, key) // Stripe has forgotten the key
 		}
 		if a := f.keys[key]; a != nil {
 			f.mu.Unlock()
-			if a.params != params {
+			switch {
+			case a.params != params:
 				writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
 					Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
-				return
+			case faulty && (pm == PMFailAfter || pm == PMDropAfter):
+				loseAnswer(w, pm) // the outage lasts: the replay is lost too
+			default:
+				w.Header().Set("Idempotent-Replayed", "true")
+				writeRaw(w, a.status, a.body)
 			}
-			w.Header().Set("Idempotent-Replayed", "true")
-			writeRaw(w, a.status, a.body)
 			return
 		}
 		if f.inflight[key] {
@@ -178,16 +203,8 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	amount, _ := strconv.ParseInt(form.Get("amount"), 10, 64)
-	pm := form.Get("payment_method")
-	ref := form.Get("metadata[chargeonce_reference]")
-	f.seen[ref]++
-	if f.seen[ref] > 1 && (pm == PMFailBefore || pm == PMFailAfter || pm == PMDropAfter || pm == PMRateLimited) {
+	if !faulty && (pm == PMFailBefore || pm == PMFailAfter || pm == PMDropAfter || pm == PMRateLimited || pm == PMUnavailable) {
 		pm = PMOK
-	}
-	save := func(status int, body []byte) {
-		if key != "" {
-			f.keys[key] = &savedAnswer{params: params, status: status, body: body, since: now}
-		}
 	}
 	switch pm {
 	case PMFailBefore:
@@ -196,18 +213,31 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		return
 	case PMRateLimited:
 		f.mu.Unlock()
+		f.retryAfter(w)
 		writeError(w, http.StatusTooManyRequests, apiError{Type: "invalid_request_error", Code: "rate_limit", Message: "Too many requests"})
+		return
+	case PMUnavailable:
+		f.mu.Unlock()
+		f.retryAfter(w)
+		writeError(w, http.StatusServiceUnavailable, apiError{Type: "api_error", Message: "injected outage before commit"})
 		return
 	case PMInvalid:
 		f.mu.Unlock()
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "payment_method", Message: "No such PaymentMethod: 'pm_invalid'"})
 		return
+	case PMSlow:
+		// The key stays in use while the request works; the caller may
+		// give up (or die) meanwhile, and the PaymentIntent is still made.
+		f.mu.Unlock()
+		time.Sleep(f.opts.Slow)
+		f.mu.Lock()
 	}
 	if amount <= 0 || form.Get("currency") == "" || form.Get("confirm") != "true" {
 		f.mu.Unlock()
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_missing", Message: "amount, currency and confirm=true are required"})
 		return
 	}
+	created := time.Now()
 	pi := &PaymentIntent{
 		ID:            fmt.Sprintf("pi_fake%06d", len(f.intents)+1),
 		Object:        "payment_intent",
@@ -215,8 +245,8 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		Currency:      form.Get("currency"),
 		PaymentMethod: pm,
 		Metadata:      map[string]string{},
-		Created:       now.Unix(),
-		createdAt:     now,
+		Created:       created.Unix(),
+		createdAt:     created,
 	}
 	for k, v := range form {
 		if name, ok := strings.CutPrefix(k, "metadata["); ok {
@@ -246,20 +276,36 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		answer = pi
 	}
 	body, _ := json.Marshal(answer)
-	save(status, body)
+	if key != "" {
+		f.keys[key] = &savedAnswer{params: params, status: status, body: body, since: now}
+	}
 	f.mu.Unlock()
-	switch pm {
-	case PMFailAfter:
-		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "injected fault after commit"})
+	if pm == PMFailAfter || pm == PMDropAfter {
+		loseAnswer(w, pm)
 		return
-	case PMDropAfter:
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			_ = conn.Close()
-			return
-		}
-		panic(http.ErrAbortHandler)
 	}
 	writeRaw(w, status, body)
+}
+
+// loseAnswer loses the answer of a committed request: a 500
+// (pm_fail_after) or a connection cut without an answer (pm_drop_after).
+func loseAnswer(w http.ResponseWriter, pm string) {
+	if pm == PMFailAfter {
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "injected fault after commit"})
+		return
+	}
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = conn.Close()
+		return
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// retryAfter sets Retry-After from Options.RetryAfter, in whole seconds.
+func (f *Fake) retryAfter(w http.ResponseWriter) {
+	if d := f.opts.RetryAfter; d > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+	}
 }
 
 var queryRE = regexp.MustCompile(`^metadata\['([^']+)'\]:'((?:[^'\\]|\\.)*)'$`)
