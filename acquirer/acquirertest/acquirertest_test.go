@@ -1,8 +1,10 @@
 package acquirertest_test
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
@@ -10,6 +12,12 @@ import (
 	"github.com/chargeonce/chargeonce/acquirer/stripe"
 	"github.com/chargeonce/chargeonce/acquirer/stripetest"
 )
+
+// keyTTL is how long the acquirers behind the harnesses keep a key: short,
+// so that the suite looks references up after they were forgotten, long
+// enough that three sends of one reference on a loaded machine fall within
+// it.
+const keyTTL = 2 * time.Second
 
 func simCaptures(sim *acquirer.Simulator) func(string) int {
 	return func(ref string) int {
@@ -25,15 +33,35 @@ func simCaptures(sim *acquirer.Simulator) func(string) int {
 }
 
 func simHarness(t *testing.T, overHTTP bool) acquirertest.Harness {
-	sim := acquirer.NewSimulator(acquirer.Options{})
+	sim := acquirer.NewSimulator(acquirer.Options{IdempotencyWindow: keyTTL})
 	t.Cleanup(func() { _ = sim.Close() })
-	h := acquirertest.Harness{Acquirer: sim, OK: acquirer.TokenOK, Declined: acquirer.TokenDeclined, LostAnswer: acquirer.TokenFailAfter, Captures: simCaptures(sim)}
+	h := acquirertest.Harness{Acquirer: sim, OK: acquirer.TokenOK, Declined: acquirer.TokenDeclined, LostAnswer: acquirer.TokenFailAfter,
+		Captures: simCaptures(sim), KeyTTL: keyTTL}
 	if overHTTP {
 		srv := httptest.NewServer(acquirer.Handler(sim))
 		t.Cleanup(srv.Close)
 		h.Acquirer = acquirer.NewClient(srv.URL, nil)
 	}
 	return h
+}
+
+// stripeHarness is the Stripe adapter in front of the fake, which forgets
+// keys after keyTTL and whose search lags 200 ms; the adapter trusts a key
+// for less than the fake keeps it, and allows the search a longer lag, as
+// it does with Stripe's own numbers. transport, when set, carries its
+// requests.
+func stripeHarness(t *testing.T, transport http.RoundTripper) acquirertest.Harness {
+	fake := stripetest.New(stripetest.Options{Key: "sk_test_suite", KeyTTL: keyTTL, SearchLag: 200 * time.Millisecond})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	noRetries := int64(0)
+	acq, err := stripe.New(stripe.Options{Key: "sk_test_suite", APIBase: srv.URL, MaxNetworkRetries: &noRetries,
+		KeyWindow: keyTTL * 3 / 4, SearchLag: 3 * time.Second, HTTPClient: &http.Client{Transport: transport}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acquirertest.Harness{Acquirer: acq, OK: stripetest.PMOK, Declined: stripetest.PMInsufficientFunds, LostAnswer: stripetest.PMFailAfter,
+		Captures: func(ref string) int { return fake.Succeeded()[ref] }, KeyTTL: keyTTL}
 }
 
 func TestSimulator(t *testing.T) {
@@ -48,16 +76,5 @@ func TestHTTPClient(t *testing.T) {
 
 func TestStripe(t *testing.T) {
 	t.Parallel()
-	acquirertest.Run(t, func(t *testing.T) acquirertest.Harness {
-		fake := stripetest.New(stripetest.Options{Key: "sk_test_suite"})
-		srv := httptest.NewServer(fake)
-		t.Cleanup(srv.Close)
-		noRetries := int64(0)
-		acq, err := stripe.New(stripe.Options{Key: "sk_test_suite", APIBase: srv.URL, MaxNetworkRetries: &noRetries})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return acquirertest.Harness{Acquirer: acq, OK: stripetest.PMOK, Declined: stripetest.PMInsufficientFunds, LostAnswer: stripetest.PMFailAfter,
-			Captures: func(ref string) int { return fake.Succeeded()[ref] }}
-	})
+	acquirertest.Run(t, func(t *testing.T) acquirertest.Harness { return stripeHarness(t, nil) })
 }
