@@ -23,10 +23,11 @@
 //	                                           (a request with it answers 409 idempotency_key_in_use)
 //	pm_invalid                                 400 invalid_request_error, nothing created
 //
-// The faults strike only the first request for a reference (the first
-// Options.FaultRequests), like a transient outage; later requests behave as
-// pm_card_visa would. While a fault after the commit lasts, a replay of the
-// key is lost too: the outage is between the caller and Stripe.
+// The faults strike only the first request for a reference (or every
+// request within Options.FaultFor of its first), like a transient outage;
+// later requests behave as pm_card_visa would. While a fault after the
+// commit lasts, a replay of the key is lost too: the outage is between the
+// caller and Stripe.
 package stripetest
 
 import (
@@ -68,10 +69,11 @@ type Options struct {
 	KeyTTL time.Duration
 	// SearchLag is how long a new PaymentIntent stays invisible to search.
 	SearchLag time.Duration
-	// FaultRequests is how many requests for a reference a fault payment
-	// method strikes (0 means 1): more than the caller's own retries make
-	// its answer lost for good.
-	FaultRequests int
+	// FaultFor is how long after a reference's first request a fault
+	// payment method keeps striking its requests (0: only the first
+	// request). Longer than one call of the caller, with its own retries,
+	// it makes the answer lost for good.
+	FaultFor time.Duration
 	// RetryAfter, when positive, is sent as Retry-After (whole seconds,
 	// rounded up) with the 429 and 503 answers.
 	RetryAfter time.Duration
@@ -128,13 +130,13 @@ type Fake struct {
 	intents  []*PaymentIntent
 	keys     map[string]*savedAnswer
 	inflight map[string]bool
-	seen     map[string]int // create requests per reference (faults strike the first)
+	seen     map[string]time.Time // first create request per reference (faults strike it)
 	requests []Request
 }
 
 // New returns a Fake.
 func New(opts Options) *Fake {
-	return &Fake{opts: opts, keys: map[string]*savedAnswer{}, inflight: map[string]bool{}, seen: map[string]int{}}
+	return &Fake{opts: opts, keys: map[string]*savedAnswer{}, inflight: map[string]bool{}, seen: map[string]time.Time{}}
 }
 
 // ServeHTTP implements http.Handler.
@@ -169,8 +171,12 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	ref := form.Get("metadata[chargeonce_reference]")
 
 	f.mu.Lock()
-	f.seen[ref]++
-	faulty := f.seen[ref] <= max(f.opts.FaultRequests, 1)
+	first, seen := f.seen[ref]
+	if !seen {
+		first = now
+		f.seen[ref] = now
+	}
+	faulty := !seen || now.Sub(first) < f.opts.FaultFor
 	if key != "" {
 		if a := f.keys[key]; a != nil && f.opts.KeyTTL > 0 && now.Sub(a.since) > f.opts.KeyTTL {
 			delete(f.keys, key) // Stripe has forgotten the key
