@@ -35,16 +35,23 @@ func (r *recorder) fail(msg string) {
 
 func (r *recorder) Helper()                   {}
 func (r *recorder) Fail()                     { r.fail("Fail called") }
-func (r *recorder) FailNow()                  { r.fail("FailNow called"); runtime.Goexit() }
 func (r *recorder) Error(args ...any)         { r.fail(fmt.Sprint(args...)) }
 func (r *recorder) Errorf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)) }
-func (r *recorder) Fatal(args ...any)         { r.fail(fmt.Sprint(args...)); runtime.Goexit() }
-func (r *recorder) Fatalf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)); runtime.Goexit() }
+
+// The fatal ones end the check's goroutine, as testing does.
+func (r *recorder) FailNow()                  { r.stop("FailNow called") }
+func (r *recorder) Fatal(args ...any)         { r.stop(fmt.Sprint(args...)) }
+func (r *recorder) Fatalf(f string, a ...any) { r.stop(fmt.Sprintf(f, a...)) }
 
 // A check that skips proves nothing: it counts as a failure.
-func (r *recorder) Skip(args ...any)         { r.fail("skipped: " + fmt.Sprint(args...)); runtime.Goexit() }
-func (r *recorder) Skipf(f string, a ...any) { r.fail("skipped: " + fmt.Sprintf(f, a...)); runtime.Goexit() }
-func (r *recorder) SkipNow()                 { r.fail("skipped"); runtime.Goexit() }
+func (r *recorder) Skip(args ...any)         { r.stop("skipped: " + fmt.Sprint(args...)) }
+func (r *recorder) Skipf(f string, a ...any) { r.stop("skipped: " + fmt.Sprintf(f, a...)) }
+func (r *recorder) SkipNow()                 { r.stop("skipped") }
+
+func (r *recorder) stop(msg string) {
+	r.fail(msg)
+	runtime.Goexit()
+}
 
 func (r *recorder) Failed() bool {
 	r.mu.Lock()
