@@ -33,7 +33,8 @@ const (
 	// DefaultKeyWindow is how long after a reference was first sent a
 	// re-send with the same Idempotency-Key is taken to replay the first
 	// answer. Stripe keeps keys for at least 24 hours; the hour less leaves
-	// room for clocks that disagree.
+	// room for clocks that disagree and for the send it allows, which goes
+	// on with stripe-go's retries for up to one acquirer timeout.
 	DefaultKeyWindow = 23 * time.Hour
 	// DefaultSearchLag is how long after its creation a PaymentIntent is
 	// taken to be visible to Search: usually under a minute, up to an hour
