@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,8 +33,37 @@ func (o *options) applyTracing(cfg *pgxpool.Config) {
 		otelpgx.WithTracerProvider(o.tracerProvider),
 		// A statement's text, never its arguments: those hold merchants'
 		// idempotency keys and stored answers.
-		otelpgx.WithTrimSQLInSpanName(),
+		otelpgx.WithSpanNameFunc(statementName),
 	)
+}
+
+// statementName names a statement's span by what it does: the verbs that
+// change rows, in the order they appear ("DELETE+INSERT" for KeyInsert,
+// which clears an expired record in the same statement), or the first
+// word (SELECT). The store's statements are data-modifying CTEs, whose
+// first word, WITH, says nothing.
+func statementName(sql string) string {
+	upper := strings.ToUpper(sql)
+	type at struct {
+		verb string
+		pos  int
+	}
+	var found []at
+	for _, verb := range []string{"INSERT ", "UPDATE ", "DELETE "} {
+		if i := strings.Index(upper, verb); i >= 0 {
+			found = append(found, at{strings.TrimSpace(verb), i})
+		}
+	}
+	if len(found) == 0 {
+		first, _, _ := strings.Cut(strings.TrimSpace(upper), " ")
+		return first
+	}
+	slices.SortFunc(found, func(a, b at) int { return a.pos - b.pos })
+	names := make([]string, len(found))
+	for i, f := range found {
+		names[i] = f.verb
+	}
+	return strings.Join(names, "+")
 }
 
 // batchTracer is the tracer of the store's batches, or nil when tracing is

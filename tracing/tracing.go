@@ -192,8 +192,20 @@ func (t *Tracing) Handler(h http.Handler, operation string) http.Handler {
 		otelhttp.WithTracerProvider(t.provider),
 		otelhttp.WithPropagators(t.prop),
 		otelhttp.WithFilter(func(r *http.Request) bool { return !untraced[r.URL.Path] }),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return spanName(r) }),
 	)
+}
+
+// spanName names a server span by its method and, once routed, its route
+// ("POST /v1/charges"); never by the raw path, which a client chooses.
+func spanName(r *http.Request) string {
+	if r.Pattern == "" {
+		return r.Method
+	}
+	if strings.HasPrefix(r.Pattern, r.Method+" ") {
+		return r.Pattern
+	}
+	return r.Method + " " + r.Pattern
 }
 
 // Route wraps the handler that routes requests (the API's mux), inside the
@@ -213,11 +225,7 @@ func (t *Tracing) Route(h http.Handler) http.Handler {
 			return
 		}
 		if r.Pattern != "" {
-			name := r.Pattern
-			if !strings.HasPrefix(name, r.Method+" ") {
-				name = r.Method + " " + name
-			}
-			span.SetName(name)
+			span.SetName(spanName(r))
 			span.SetAttributes(semconv.HTTPRoute(strings.TrimPrefix(r.Pattern, r.Method+" ")))
 		}
 		if id := w.Header().Get("Request-Id"); id != "" {
