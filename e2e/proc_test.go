@@ -92,6 +92,8 @@ type proc struct {
 	// bin, when set, is the binary to run instead of the one built from
 	// this tree.
 	bin string
+	// env is added to the process's environment (KEY=value).
+	env []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -151,6 +153,13 @@ func (ps *procs) startBinary(name, bin string, args ...string) *proc {
 	return ps.startProc(&proc{t: ps.t, name: name, args: args, bin: bin, log: filepath.Join(ps.dir, name+".log")})
 }
 
+// startEnv is start with env (KEY=value) added to the process's
+// environment.
+func (ps *procs) startEnv(name string, env []string, args ...string) *proc {
+	ps.t.Helper()
+	return ps.startProc(&proc{t: ps.t, name: name, args: args, env: env, log: filepath.Join(ps.dir, name+".log")})
+}
+
 func (ps *procs) startProc(p *proc) *proc {
 	ps.t.Helper()
 	args := p.args
@@ -184,6 +193,7 @@ func (p *proc) run(wantAddr bool) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, p.env...)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		p.t.Fatalf("starting %s: %v", p.name, err)
