@@ -150,7 +150,7 @@ func (s spans) dump(id trace.TraceID) string {
 func attr(sp tracetest.SpanStub, key string) string {
 	for _, a := range sp.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
