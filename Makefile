@@ -20,7 +20,7 @@ lint: ## golangci-lint (the version pinned in go.mod; checks in .golangci.yml)
 	go tool golangci-lint run ./...
 
 bench: ## micro-benchmarks of the hot functions, with allocations
-	go test -run '^$$' -bench . -benchmem ./idempotency/ ./engine/ ./httpapi/ ./replaycache/
+	go test -run '^$$' -bench . -benchmem ./idempotency/ ./engine/ ./httpapi/ ./replaycache/ ./tracing/
 
 bench-full: ## chargeonce bench: chargeonce against a bare handler and raw SQL (about 2 minutes)
 	go run ./cmd/chargeonce bench
