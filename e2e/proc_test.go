@@ -154,7 +154,7 @@ func (ps *procs) startBinary(name, bin string, args ...string) *proc {
 }
 
 // startEnv is start with env (KEY=value) added to the process's
-// environment: secrets that are never flags, such as STRIPE_SECRET_KEY.
+// environment.
 func (ps *procs) startEnv(name string, env []string, args ...string) *proc {
 	ps.t.Helper()
 	return ps.startProc(&proc{t: ps.t, name: name, args: args, env: env, log: filepath.Join(ps.dir, name+".log")})

@@ -481,7 +481,7 @@ func (e *Engine) release(ctx context.Context, merchantID, key, token string) {
 	if err != nil {
 		code := chargeonce.ErrorCode(err)
 		if code != chargeonce.ESTALE && code != chargeonce.ENOTFOUND {
-			e.log.Error("releasing idempotency key failed", "merchant", merchantID, "err", err)
+			e.log.ErrorContext(ctx, "releasing idempotency key failed", "merchant", merchantID, "err", err)
 		}
 	}
 }
@@ -544,7 +544,7 @@ func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst b
 		e.opts.Observer.AcquirerCall(time.Since(start), err)
 	}
 	if errors.Is(err, chargeonce.ErrCaptureRejected) {
-		e.log.Warn("the acquirer refused the capture; settling it as declined",
+		e.log.WarnContext(ctx, "the acquirer refused the capture; settling it as declined",
 			"charge_id", ch.ID, "merchant", ch.MerchantID, "decline_code", chargeonce.DeclineAcquirerRejected, "err", err)
 		return chargeonce.CaptureResult{Reference: ch.Reference(), Status: chargeonce.StatusDeclined, DeclineCode: chargeonce.DeclineAcquirerRejected}, nil
 	}
@@ -610,7 +610,7 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 		}
 		// Unknown outcome: the money may or may not have moved. Answer 202
 		// and hand the record to recovery now rather than after the lease.
-		e.log.Warn("acquirer outcome unknown; record left for recovery",
+		e.log.WarnContext(ctx, "acquirer outcome unknown; record left for recovery",
 			"charge_id", ch.ID, "merchant", ch.MerchantID, "recovering", recovering, "err", err)
 		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, backoff, recovering)
 		return Response{Status: 202, Body: EncodeCharge(&ch), RetryAfter: backoff}
@@ -651,7 +651,7 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 		// still unreachable it fails too, and recovery takes over when the
 		// lease ends instead. Recovery's own failures count as attempts, so
 		// a write that keeps failing is backed off like an acquirer outage.
-		e.log.Error("storing the acquirer's answer failed; record left for recovery",
+		e.log.ErrorContext(ctx, "storing the acquirer's answer failed; record left for recovery",
 			"charge_id", ch.ID, "status", final.Status, "err", err)
 		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, backoff, recovering)
 		return Response{Status: 202, Body: EncodeCharge(&ch)}
@@ -669,7 +669,7 @@ func (e *Engine) handOff(base context.Context, chargeID, merchantID, key, token 
 	wctx, cancel := context.WithTimeout(base, e.opts.WriteTimeout)
 	defer cancel()
 	if err := e.store.KeyLeaseSet(wctx, merchantID, key, token, d, true); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
-		e.log.Error("handing record to recovery failed; it will be recovered when its lease ends",
+		e.log.ErrorContext(base, "handing record to recovery failed; it will be recovered when its lease ends",
 			"charge_id", chargeID, "recovering", recovering, "err", err)
 	}
 }

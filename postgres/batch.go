@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Application-level group commit.
@@ -71,6 +74,8 @@ type batcher struct {
 	// conflicts keeps two jobs with the same non-empty key out of one
 	// batch: the later one waits for the next. "" conflicts with nothing.
 	conflicts func(j job) string
+	// tracer traces batches (tracing.go); nil when tracing is off.
+	tracer trace.Tracer
 
 	// batched counts the batches run (two jobs or more), failed those that
 	// failed and fell back to single statements.
@@ -160,8 +165,17 @@ func (b *batcher) exec(batch []job) {
 	} else {
 		b.batched.Add(1)
 		ctx, cancel := batchContext(batch)
+		ctx, span := b.startBatchSpan(ctx, batch)
 		err := b.run(ctx, batch)
 		cancel()
+		if span != nil {
+			if err != nil {
+				// Every job falls back to its own statement, in its own trace.
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}
 		if err != nil {
 			b.failed.Add(1)
 			var wg sync.WaitGroup

@@ -37,6 +37,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce"
 )
@@ -61,6 +62,8 @@ type options struct {
 	maxConns    int
 	maxConnsSet bool // else the URL's pool_max_conns, or DefaultMaxConns
 	noBatching  bool
+	// tracerProvider traces statements and batches (tracing.go); nil: off.
+	tracerProvider trace.TracerProvider
 }
 
 // WithoutBatching makes every KeyInsert and KeyComplete run its own
@@ -147,6 +150,7 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 	if cfg.MinConns > cfg.MaxConns {
 		cfg.MinConns = cfg.MaxConns
 	}
+	o.applyTracing(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening PostgreSQL pool: %w", err)
@@ -158,6 +162,7 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 	s := &Store{pool: pool, pooled: pooled}
 	if !o.noBatching {
 		newBatchers(s)
+		s.batches.tracer = o.batchTracer()
 	}
 	return s, nil
 }

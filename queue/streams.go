@@ -252,6 +252,8 @@ func (r Result) Msg() *nats.Msg {
 
 // publish sends m to JetStream and waits for the stream's acknowledgement.
 func publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) error {
+	// The span handling the request, if any, goes on with the result.
+	InjectTrace(ctx, m)
 	_, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(ResultStream))
 	if err != nil {
 		return fmt.Errorf("publishing to %s: %w", m.Subject, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
@@ -85,6 +86,10 @@ type WorkerOptions struct {
 	WriteTimeout        time.Duration
 	Logger              *slog.Logger
 	Observer            Observer
+	// TracerProvider, when set, traces every message: a consumer span
+	// continuing the trace its headers carry (trace.go), with the engine's
+	// spans beneath it. Nil: no spans, and nothing read from the headers.
+	TracerProvider trace.TracerProvider
 }
 
 // Worker consumes charge requests with a durable pull consumer and answers
@@ -96,6 +101,7 @@ type Worker struct {
 	store  chargeonce.Store
 	opts   WorkerOptions
 	log    *slog.Logger
+	tracer trace.Tracer // nil: tracing off
 
 	mu      sync.Mutex
 	cc      jetstream.ConsumeContext
@@ -137,7 +143,11 @@ func NewWorker(js jetstream.JetStream, eng *engine.Engine, store chargeonce.Stor
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{js: js, engine: eng, store: store, opts: opts, log: opts.Logger}
+	w := &Worker{js: js, engine: eng, store: store, opts: opts, log: opts.Logger}
+	if opts.TracerProvider != nil {
+		w.tracer = opts.TracerProvider.Tracer(tracerScope)
+	}
+	return w
 }
 
 // ConsumerConfig is the durable consumer every worker shares.
@@ -277,7 +287,9 @@ func (w *Worker) giveBack(msg jetstream.Msg) {
 // Handle answers one delivery: the whole per-message protocol, exported so
 // tests can drive it message by message.
 func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg) {
+	ctx, span := w.startSpan(ctx, msg)
 	outcome, redelivered := w.handle(ctx, msg)
+	endSpan(span, outcome)
 	if w.opts.Observer != nil {
 		w.opts.Observer.Message(outcome, redelivered)
 	}
@@ -330,7 +342,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		r := Result{Merchant: merchant, Key: key, Status: resp.Status, Body: resp.Body, Replayed: resp.Replayed}
 		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
 			// Stored, but not published: the redelivery replays it.
-			w.log.Warn("publishing a result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
+			w.log.WarnContext(wctx, "publishing a result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
 			w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
 			return OutcomeError, redelivered
 		}
@@ -350,7 +362,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		status, body := wire.Problem(err, "")
 		r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
 		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
-			w.log.Warn("publishing a 422 result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
+			w.log.WarnContext(wctx, "publishing a 422 result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
 			w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
 			return OutcomeError, redelivered
 		}
@@ -360,14 +372,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		// 5xx: nothing was stored (the engine released the key, or never
 		// wrote it), so the request is simply tried again later.
 		if last {
-			w.log.Error("charge request still failing at its last delivery; dead-lettered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "err", err)
+			w.log.ErrorContext(wctx, "charge request still failing at its last delivery; dead-lettered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "err", err)
 			if derr := w.deadLetter(wctx, msg, merchant, seq, "max-deliveries"); derr != nil {
 				w.log.Error("dead-lettering failed", "seq", seq, "err", derr)
 			}
 			w.settle(msg, msg.Term, seq)
 			return OutcomeGaveUp, redelivered
 		}
-		w.log.Warn("charge request failed; redelivering later", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "err", err)
+		w.log.WarnContext(wctx, "charge request failed; redelivering later", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "err", err)
 		w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
 		return OutcomeError, redelivered
 	}
@@ -381,7 +393,7 @@ func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchan
 	nak := func() error { return msg.NakWithDelay(time.Second) }
 	flagged, err := w.store.KeyNotify(ctx, merchant, key)
 	if err != nil {
-		w.log.Warn("flagging a record for the outbox failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", err)
+		w.log.WarnContext(ctx, "flagging a record for the outbox failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", err)
 		w.settle(msg, nak, seq)
 		return OutcomeError
 	}
@@ -398,7 +410,7 @@ func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchan
 	}
 	r := Result{Merchant: merchant, Key: key, Status: rec.ResponseStatus, Body: rec.ResponseBody}
 	if err := publish(ctx, w.js, r.Msg()); err != nil {
-		w.log.Warn("publishing a settled result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", err)
+		w.log.WarnContext(ctx, "publishing a settled result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", err)
 		w.settle(msg, nak, seq)
 		return OutcomeError
 	}
@@ -418,11 +430,11 @@ func (w *Worker) poison(ctx context.Context, msg jetstream.Msg, merchant, key st
 		err = w.deadLetter(ctx, msg, merchant, seq, chargeonce.ErrorCode(cause))
 	}
 	if err != nil {
-		w.log.Warn("answering a poison request failed; it will be redelivered", "merchant", merchant, "seq", seq, "err", err)
+		w.log.WarnContext(ctx, "answering a poison request failed; it will be redelivered", "merchant", merchant, "seq", seq, "err", err)
 		w.settle(msg, func() error { return msg.NakWithDelay(time.Second) }, seq)
 		return OutcomeError
 	}
-	w.log.Info("poison charge request dead-lettered", "merchant", merchant, "seq", seq, "reason", chargeonce.ErrorCode(cause))
+	w.log.InfoContext(ctx, "poison charge request dead-lettered", "merchant", merchant, "seq", seq, "reason", chargeonce.ErrorCode(cause))
 	w.settle(msg, msg.Term, seq)
 	return OutcomePoison
 }

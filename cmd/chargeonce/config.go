@@ -18,6 +18,7 @@ import (
 	"github.com/chargeonce/chargeonce/acquirer/stripe"
 	"github.com/chargeonce/chargeonce/postgres"
 	"github.com/chargeonce/chargeonce/sqlite"
+	"github.com/chargeonce/chargeonce/tracing"
 )
 
 // Defaults of the command-line flags; durations mirror engine's and
@@ -107,11 +108,12 @@ func envName(flagName string) string {
 	return "CHARGEONCE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// openStore opens (without migrating) the store named by a --db value.
-func openStore(ctx context.Context, db string) (chargeonce.Store, error) {
+// openStore opens (without migrating) the store named by a --db value,
+// PostgreSQL with pgOpts.
+func openStore(ctx context.Context, db string, pgOpts ...postgres.Option) (chargeonce.Store, error) {
 	switch {
 	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
-		s, err := postgres.Open(ctx, db)
+		s, err := postgres.Open(ctx, db, pgOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("--db: %w", err)
 		}
@@ -155,6 +157,8 @@ type acquirerFlags struct {
 	stripeAPIBase   string
 	stripeSearchLag time.Duration
 	stripeKeyWindow time.Duration
+	// tracing, when set, traces the acquirer's HTTP client.
+	tracing *tracing.Tracing
 	// getenv reads STRIPE_SECRET_KEY; os.Getenv when nil (tests replace it).
 	getenv func(string) string
 }
@@ -241,7 +245,7 @@ func (a *acquirerFlags) build() (chargeonce.Acquirer, *acquirer.Simulator, error
 			return nil, nil, fmt.Errorf("--stripe-search-lag and --stripe-key-window must be positive; got %s and %s", a.stripeSearchLag, a.stripeKeyWindow)
 		}
 		st, err := stripe.New(stripe.Options{Key: key, APIBase: a.stripeAPIBase, SearchLag: a.stripeSearchLag, KeyWindow: a.stripeKeyWindow,
-			HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}})
+			HTTPClient: &http.Client{Transport: a.tracing.Transport(&http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second})}})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -250,10 +254,10 @@ func (a *acquirerFlags) build() (chargeonce.Acquirer, *acquirer.Simulator, error
 	if !strings.HasPrefix(a.target, "http://") && !strings.HasPrefix(a.target, "https://") {
 		return nil, nil, fmt.Errorf("--acquirer must be sim, stripe or an http(s):// URL; got %q", a.target)
 	}
-	return acquirer.NewClient(a.target, &http.Client{Transport: &http.Transport{
+	return acquirer.NewClient(a.target, &http.Client{Transport: a.tracing.Transport(&http.Transport{
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
-	}}), nil, nil
+	})}), nil, nil
 }
 
 // DefaultLogFormat is --log-format's default: logfmt-like text for a

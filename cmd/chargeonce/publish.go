@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -57,6 +58,12 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 
+	tr, stopTracing, err := startTracing(ctx, "publish", slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
 	nc, err := nats.Connect(c.natsURL, nats.Name("chargeonce-publish"))
 	if err != nil {
 		return fmt.Errorf("--nats: connecting to %s: %w", c.natsURL, err)
@@ -89,7 +96,10 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// Scoped by merchant: JetStream dedupes ids across the whole stream.
 	m.Header.Set(jetstream.MsgIDHeader, queue.RequestMsgID(c.merchant, c.key, client.NewIdempotencyKey()))
 	m.Data = body
-	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(queue.RequestStream))
+	// Traced, the worker's handling of this request joins this trace.
+	pctx, endSpan := queue.TracePublish(ctx, tr.TracerProvider(), m)
+	ack, err := js.PublishMsg(pctx, m, jetstream.WithExpectStream(queue.RequestStream))
+	endSpan(err)
 	if err != nil {
 		return fmt.Errorf("sending the request: %w (is a worker running? it creates the streams)", err)
 	}

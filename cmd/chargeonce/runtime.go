@@ -21,6 +21,7 @@ import (
 	"github.com/chargeonce/chargeonce/recovery"
 	"github.com/chargeonce/chargeonce/replaycache"
 	"github.com/chargeonce/chargeonce/sqlite"
+	"github.com/chargeonce/chargeonce/tracing"
 )
 
 // runtimeFlags are the flags of the long-running commands, serve and worker:
@@ -36,6 +37,9 @@ type runtimeFlags struct {
 	merchantRate            string
 	merchantBurst           int
 	perSecond               float64 // merchantRate, parsed by logger
+	// tracing, when set (not a flag: OTEL_EXPORTER_OTLP_ENDPOINT), traces
+	// the store, the acquirer and the engine's calls to both.
+	tracing *tracing.Tracing
 }
 
 func (f *runtimeFlags) register(fs *flag.FlagSet) {
@@ -100,14 +104,18 @@ type runtime struct {
 // API keys) overriding --merchant-rate for some merchants. Close it when
 // done.
 func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates map[string]engine.Rate) (*runtime, error) {
+	f.acq.tracing = f.tracing
 	acq, sim, err := f.acq.build()
 	if err != nil {
 		return nil, err
 	}
-	store, err := storeFor(ctx, f.db)
+	acq = f.tracing.Acquirer(acq)
+	raw, err := storeFor(ctx, f.db, postgresTracing(f.tracing)...)
 	if err != nil {
 		return nil, err
 	}
+	// Everything but the pool statistics uses the store through its spans.
+	store := traceStore(f.tracing, raw)
 	m := metrics.New()
 	// Replays are answered from memory after their first read: a completed
 	// record never changes until it expires (see package replaycache). Only
@@ -124,7 +132,7 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		Logger:          log,
 		Observer:        m,
 	})
-	m.Pool(poolStats(store))
+	m.Pool(poolStats(raw))
 	return &runtime{
 		store:   store,
 		sim:     sim,

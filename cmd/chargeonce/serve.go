@@ -15,6 +15,7 @@ import (
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/httpapi"
 	"github.com/chargeonce/chargeonce/internal/httpserve"
+	"github.com/chargeonce/chargeonce/postgres"
 )
 
 // shutdownTimeout bounds how long serve waits for requests in flight.
@@ -36,6 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own (and not on --addr); default: /metrics on --addr")
 	fs.IntVar(&c.maxConns, "max-conns", httpserve.DefaultMaxConns, "the most connections --addr keeps open; at the cap a new one evicts the longest idle, and is refused (503) when none is idle. Lowered to fit the file descriptor limit")
 	c.register(fs)
+	withTracingHelp(fs, stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -54,6 +56,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--acquirer sim (the default) is a demonstration that captures without moving money and serves /acquirer/ without authentication; "+
 			"it is refused on a non-loopback --addr (%s): run `chargeonce acquirer` (or a real acquirer) and pass its URL with --acquirer http://HOST:PORT, or listen on --addr 127.0.0.1:PORT", c.addr)
 	}
+	tr, stopTracing, err := startTracing(ctx, "serve", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	log = tr.Logger(log)
+	c.tracing = tr
 	rt, err := c.open(ctx, log, keys.Rates())
 	if err != nil {
 		return err
@@ -65,7 +74,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		apiMetrics = nil // served on its own listener only
 	}
 	api := httpapi.New(httpapi.Config{Engine: rt.engine, Store: rt.store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: rt.metrics, Rejections: rt.metrics})
-	handler := withSimulator(api, rt.sim, c.addr)
+	handler := withSimulator(tr.Route(api), rt.sim, c.addr)
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", c.addr)
 	if err != nil {
@@ -81,7 +90,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	srv := httpserve.New(httpserve.Config{
 		Name:     "api",
-		Handler:  httpapi.LogRequests(log, handler),
+		Handler:  tr.Handler(httpapi.LogRequests(log, handler), "chargeonce"),
 		Logger:   log,
 		MaxConns: c.maxConns,
 		// A charge may wait for a slot, then for the acquirer.
@@ -121,9 +130,9 @@ func serveUntilDone(ctx context.Context, srv *httpserve.Server, ln net.Listener,
 }
 
 // storeFor is used by commands that only need the database: it opens and
-// migrates --db.
-func storeFor(ctx context.Context, db string) (chargeonce.Store, error) {
-	store, err := openStore(ctx, db)
+// migrates --db (PostgreSQL with pgOpts).
+func storeFor(ctx context.Context, db string, pgOpts ...postgres.Option) (chargeonce.Store, error) {
+	store, err := openStore(ctx, db, pgOpts...)
 	if err != nil {
 		return nil, err
 	}

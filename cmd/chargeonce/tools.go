@@ -26,6 +26,7 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	maxConns := fs.Int("max-conns", httpserve.DefaultMaxConns, "the most connections kept open; at the cap a new one evicts the longest idle, and is refused (503) when none is idle")
+	withTracingHelp(fs, stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -41,11 +42,16 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return opts.Validate()
 	}
 	sim := acquirer.NewSimulator(opts)
+	tr, stopTracing, err := startTracing(ctx, "acquirer", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
-	srv := httpserve.New(httpserve.Config{Name: "acquirer", Handler: acquirer.Handler(sim), Logger: log, MaxConns: *maxConns,
+	srv := httpserve.New(httpserve.Config{Name: "acquirer", Handler: tr.Handler(tr.Route(acquirer.Handler(sim)), "acquirer"), Logger: log, MaxConns: *maxConns,
 		WriteTimeout: slow + latency + handlerSlack})
 	log.Info("acquirer simulator listening", "addr", ln.Addr().String(), "slow", slow, "latency", latency, "idempotency_window", window)
 	return serveUntilDone(ctx, srv, ln, log)
@@ -108,6 +114,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	acq.registerRemote(fs)
+	withTracingHelp(fs, stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -128,16 +135,24 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		// nobody. (serve's own recovery loop shares serve's simulator.)
 		return fmt.Errorf("--acquirer: reconcile needs the URL of the acquirer the charges were sent to (such as a `chargeonce acquirer`); an in-process simulator of its own has never seen them")
 	}
+	tr, stopTracing, err := startTracing(ctx, "reconcile", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	log = tr.Logger(log)
+	acq.tracing = tr
 	a, _, err := acq.build()
 	if err != nil {
 		return err
 	}
-	store, err := storeFor(ctx, db)
+	raw, err := storeFor(ctx, db, postgresTracing(tr)...)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	eng := engine.New(store, a, engine.Options{Lease: lease, AcquirerTimeout: acq.timeout, Logger: log})
+	defer raw.Close()
+	store := traceStore(tr, raw)
+	eng := engine.New(store, tr.Acquirer(a), engine.Options{Lease: lease, AcquirerTimeout: acq.timeout, Logger: log})
 	res, err := recovery.NewRescuer(store, eng, recovery.RescuerOptions{Logger: log}).RunOnce(ctx)
 	if err != nil {
 		return fmt.Errorf("recovery pass: %w", err)

@@ -38,6 +38,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&c.concurrency, "concurrency", queue.DefaultConcurrency, "requests handled at once")
 	fs.IntVar(&c.merchantConcurrency, "merchant-concurrency", queue.DefaultMerchantConcurrency, "one merchant's requests handled at once, so one merchant's backlog leaves room for the others; 0: half of --concurrency")
 	fs.IntVar(&c.replicas, "replicas", 0, "replicas of the CHARGES and CHARGE_RESULTS streams; 0: 3 on a JetStream cluster of three or more servers, else 1")
+	withTracingHelp(fs, stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -64,6 +65,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if c.ackWait <= c.acq.timeout {
 		return fmt.Errorf("--ack-wait (%s) must be longer than --acquirer-timeout (%s): otherwise every slow capture is redelivered while it runs", c.ackWait, c.acq.timeout)
 	}
+	tr, stopTracing, err := startTracing(ctx, "worker", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	log = tr.Logger(log)
+	c.tracing = tr
 	rt, err := c.open(ctx, log, nil)
 	if err != nil {
 		return err
@@ -112,6 +120,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		MerchantConcurrency: c.merchantConcurrency,
 		Logger:              log,
 		Observer:            qm,
+		TracerProvider:      tr.TracerProvider(),
 	})
 	if c.metricsAddr != "" {
 		closeMetrics, err := serveMetrics(ctx, c.metricsAddr, rt, log)

@@ -1,19 +1,31 @@
-// Package natstest runs NATS servers with JetStream inside the test
-// process: one server, or a cluster of several, each on free loopback ports
-// with its store in the test's TempDir, shut down when the test ends. Tests
-// never depend on a NATS that happens to run on the machine.
+// Package natstest runs NATS servers with JetStream for tests: one server,
+// or a cluster of several, each a nats-server process on loopback ports with
+// its store in the test's TempDir, stopped when the test ends. Tests never
+// depend on a NATS that happens to run on the machine.
+//
+// The servers are processes, not in the test's own process: nats-server's
+// JetStream has data races of its own that the race detector reports (for
+// example nats-io/nats-server#7288), and a report in a server goroutine fails
+// whichever of our tests runs beside it. The binary is built once from the
+// module's own nats-server (a tool in go.mod), without -race.
 package natstest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -22,41 +34,148 @@ import (
 // take to come up. Generous: the machine is shared.
 const readyTimeout = 30 * time.Second
 
-// Server is one running server.
+// serverModule is the module path of nats-server, a tool in go.mod.
+const serverModule = "github.com/nats-io/nats-server/v2"
+
+// Server is one running nats-server process.
 type Server struct {
-	*server.Server
 	// URL is its client URL (nats://127.0.0.1:port).
 	URL string
+
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
 }
 
-// Start runs one JetStream server, shut down at cleanup.
+// Name is the server's name (its -n flag).
+func (s *Server) Name() string { return s.name }
+
+// Shutdown stops the server as its operator would (SIGTERM: clients
+// disconnected, stores flushed) and waits for it to exit; after 10 s it is
+// killed.
+func (s *Server) Shutdown() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.done
+	}
+}
+
+var built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// binary builds nats-server once per test process into a directory keyed by
+// the module's version, shared by every package's tests on the machine.
+func binary() (string, error) {
+	built.once.Do(func() {
+		version, err := exec.CommandContext(context.Background(), "go", "list", "-m", "-f", "{{.Version}}", serverModule).Output()
+		if err != nil {
+			built.err = fmt.Errorf("natstest: finding the nats-server version in go.mod: %w", err)
+			return
+		}
+		dir := filepath.Join(os.TempDir(), "chargeonce-natstest-"+strings.TrimSpace(string(version)))
+		path := filepath.Join(dir, "nats-server")
+		if _, err := os.Stat(path); err == nil {
+			built.path = path
+			return
+		}
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			built.err = fmt.Errorf("natstest: %w", err)
+			return
+		}
+		// Built beside and renamed into place, so a concurrent build by another
+		// package's tests never leaves a half-written binary at path.
+		tmp := fmt.Sprintf("%s.%d", path, os.Getpid())
+		out, err := exec.CommandContext(context.Background(), "go", "build", "-o", tmp, serverModule).CombinedOutput() //nolint:gosec // G204: tmp is our own path under TempDir
+		if err != nil {
+			built.err = fmt.Errorf("natstest: building nats-server: %w\n%s", err, out)
+			return
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			built.err = fmt.Errorf("natstest: %w", err)
+			return
+		}
+		built.path = path
+	})
+	return built.path, built.err
+}
+
+// Start runs one JetStream server, stopped at cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return start(t, &server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-	})
+	return start(t, "n", "-js", "-sd", t.TempDir())
 }
 
-func start(t testing.TB, opts *server.Options) *Server {
+// StartWithoutJetStream runs one server with JetStream off, as a NATS server
+// started without -js is, stopped at cleanup.
+func StartWithoutJetStream(t testing.TB) *Server {
 	t.Helper()
-	s, err := server.NewServer(opts)
+	return start(t, "n")
+}
+
+// start runs nats-server named name on a port of its choosing with the
+// extra flags, and waits until it accepts connections.
+func start(t testing.TB, name string, flags ...string) *Server {
+	t.Helper()
+	bin, err := binary()
 	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := &Server{name: name, log: filepath.Join(dir, "nats-server.log"), done: make(chan struct{})}
+	args := append([]string{"-a", "127.0.0.1", "-p", "-1", "-n", name, "-l", s.log, "--ports_file_dir", dir}, flags...)
+	s.cmd = exec.Command(bin, args...) //nolint:gosec,noctx // G204: the binary is the one built above; it outlives any ctx (Shutdown ends it)
+	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("natstest: starting nats-server: %v", err)
 	}
-	s.Start()
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	if !s.ReadyForConnections(readyTimeout) {
-		t.Fatalf("natstest: nats-server %s not ready within %s", opts.ServerName, readyTimeout)
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.done)
+	}()
+	t.Cleanup(s.Shutdown)
+	ports := filepath.Join(dir, fmt.Sprintf("nats-server_%d.ports", s.cmd.Process.Pid))
+	deadline := time.Now().Add(readyTimeout)
+	for s.URL == "" {
+		select {
+		case <-s.done:
+			t.Fatalf("natstest: nats-server %s exited: %v\n%s", name, s.cmd.ProcessState, s.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: nats-server %s not ready within %s\n%s", name, readyTimeout, s.logTail())
+		}
+		if b, err := os.ReadFile(ports); err == nil { //nolint:gosec // G304: the ports file nats-server writes in our TempDir
+			var p struct {
+				Nats []string `json:"nats"`
+			}
+			if json.Unmarshal(b, &p) == nil && len(p.Nats) > 0 {
+				s.URL = p.Nats[0]
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return &Server{Server: s, URL: s.ClientURL()}
+	nc, err := nats.Connect(s.URL, nats.Timeout(readyTimeout))
+	if err != nil {
+		t.Fatalf("natstest: connecting to nats-server %s: %v\n%s", name, err, s.logTail())
+	}
+	nc.Close()
+	return s
+}
+
+// logTail is the end of the server's log, for a failure message.
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(s.log) //nolint:gosec // G304: the log path is our own, under TempDir
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(bytes.TrimSpace(b))
 }
 
 // Cluster is a JetStream cluster of in-process servers.
@@ -94,17 +213,10 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	name := fmt.Sprintf("c%d", time.Now().UnixNano()%1e6)
 	c := &Cluster{}
 	for i := range n {
-		c.Servers = append(c.Servers, start(t, &server.Options{
-			ServerName: fmt.Sprintf("%s-n%d", name, i),
-			Host:       "127.0.0.1",
-			Port:       -1,
-			JetStream:  true,
-			StoreDir:   t.TempDir(),
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster:    server.ClusterOpts{Name: name, Host: "127.0.0.1", Port: ports[i]},
-			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
-		}))
+		c.Servers = append(c.Servers, start(t, fmt.Sprintf("%s-n%d", name, i),
+			"-js", "-sd", t.TempDir(), "--cluster_name", name,
+			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", ports[i]),
+			"--routes", strings.Join(routes, ",")))
 	}
 	nc, err := nats.Connect(c.URL())
 	if err != nil {
@@ -184,11 +296,4 @@ func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Mes
 		}
 	}
 	return out
-}
-
-// StartWithoutJetStream runs one server with JetStream off, as a NATS server
-// started without -js is, shut down at cleanup.
-func StartWithoutJetStream(t testing.TB) *Server {
-	t.Helper()
-	return start(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 }
