@@ -49,6 +49,11 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) chargeonce.Store { return setup(t) })
 }
 
+func TestOperators(t *testing.T) {
+	t.Parallel()
+	storetest.RunOperators(t, func(t *testing.T) chargeonce.Store { return setup(t) })
+}
+
 // TestMigrateConcurrent starts several instances at once on one empty
 // schema, each migrating: the advisory lock must make them take turns, so
 // every migration is applied exactly once and nobody fails.
