@@ -391,9 +391,14 @@ func testResolveRacesCompletion(t *testing.T, s chargeonce.Store, o chargeonce.O
 	var (
 		resolved, recovered atomic.Int64
 		wg                  sync.WaitGroup
+		start               = make(chan struct{})
 	)
-	for _, p := range recs {
+	// Recovery claims the oldest leases first; the operator works from the
+	// newest, so the two meet in the middle.
+	for i, p := range slices.Backward(recs) {
 		wg.Go(func() {
+			<-start
+			time.Sleep(time.Duration(i%4) * 5 * time.Millisecond) // spread the operator's clicks
 			tok := "tok_op_" + randHex(4)
 			rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, tok, time.Minute)
 			if chargeonce.ErrorCode(err) == chargeonce.ENOTPROCESSING {
@@ -414,6 +419,7 @@ func testResolveRacesCompletion(t *testing.T, s chargeonce.Store, o chargeonce.O
 	}
 	for range 4 {
 		wg.Go(func() {
+			<-start
 			for range n {
 				claimed, err := s.KeysClaimExpired(t.Context(), time.Minute, 3)
 				if err != nil {
@@ -433,6 +439,7 @@ func testResolveRacesCompletion(t *testing.T, s chargeonce.Store, o chargeonce.O
 			}
 		})
 	}
+	close(start)
 	wg.Wait()
 	if got := resolved.Load() + recovered.Load(); got != n {
 		t.Fatalf("%d resolved + %d recovered = %d settlements of %d records, want exactly %d", resolved.Load(), recovered.Load(), got, n, n)
