@@ -139,6 +139,12 @@ type AuditListParams struct {
 	Before int64
 }
 
+// HistoryAppender appends entries to charges' histories. The engine
+// appends the unusual paths' steps through it.
+type HistoryAppender interface {
+	HistoryAppend(ctx context.Context, entries ...HistoryEntry) error
+}
+
 // OperatorStore is what operators need of a store (SPEC "Operators"). Both
 // stores implement it; storetest.RunOperators checks them.
 type OperatorStore interface {
@@ -152,9 +158,9 @@ type OperatorStore interface {
 	// ChargeHistory returns the appended history of a charge, oldest first
 	// (empty for a charge that took the common path).
 	ChargeHistory(ctx context.Context, chargeID string) ([]HistoryEntry, error)
-	// HistoryAppend appends entries (ID and At are the store's); in one
+	// HistoryAppend appends entries (ID and At are the store's), in one
 	// statement.
-	HistoryAppend(ctx context.Context, entries ...HistoryEntry) error
+	HistoryAppender
 	// ChargeResolveClaim gives the processing record of a charge newToken
 	// and a lease of lease, whatever its current lease: an operator's
 	// decision takes over from an attempt or a recovery pass in flight,

@@ -88,7 +88,8 @@ func (f *runtimeFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 // behind the replay cache, the metrics, and the recovery loop and key
 // sweeper that every instance runs.
 type runtime struct {
-	store   chargeonce.Store
+	store    chargeonce.Store
+	acquirer chargeonce.Acquirer
 	sim     *acquirer.Simulator // the in-process simulator, or nil
 	engine  *engine.Engine
 	metrics *metrics.Metrics
@@ -123,16 +124,26 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		MerchantRates:   merchantRates,
 		Logger:          log,
 		Observer:        m,
+		// The cache keeps no history; the store does (both stores).
+		History: historyOf(store),
 	})
 	m.Pool(poolStats(store))
 	return &runtime{
-		store:   store,
+		store:    store,
+		acquirer: acq,
 		sim:     sim,
 		engine:  eng,
 		metrics: m,
 		rescuer: recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
 		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept}),
 	}, nil
+}
+
+// historyOf is where the engine appends charges' history: the store itself,
+// not the replay cache in front of it.
+func historyOf(store chargeonce.Store) chargeonce.HistoryAppender {
+	h, _ := store.(chargeonce.HistoryAppender)
+	return h
 }
 
 // poolStats reads the connection pool of store for the metrics: pgx's pool
