@@ -124,16 +124,16 @@ func chargeJSON(c *chargeonce.Charge) ChargeJSON {
 
 // EntryJSON is a history entry.
 type EntryJSON struct {
-	ID      int64                  `json:"id,omitempty"`
-	ChargeID string                `json:"charge_id"`
-	At      time.Time              `json:"at"`
-	Kind    chargeonce.HistoryKind `json:"kind"`
-	Actor   string                 `json:"actor"`
-	Outcome string                 `json:"outcome,omitempty"`
-	Detail  string                 `json:"detail,omitempty"`
-	Reason  string                 `json:"reason,omitempty"`
-	Forced  bool                   `json:"forced,omitempty"`
-	Derived bool                   `json:"derived,omitempty"`
+	ID       int64                  `json:"id,omitempty"`
+	ChargeID string                 `json:"charge_id"`
+	At       time.Time              `json:"at"`
+	Kind     chargeonce.HistoryKind `json:"kind"`
+	Actor    string                 `json:"actor"`
+	Outcome  string                 `json:"outcome,omitempty"`
+	Detail   string                 `json:"detail,omitempty"`
+	Reason   string                 `json:"reason,omitempty"`
+	Forced   bool                   `json:"forced,omitempty"`
+	Derived  bool                   `json:"derived,omitempty"`
 }
 
 func entryJSON(e *chargeonce.HistoryEntry) *EntryJSON {
