@@ -69,7 +69,7 @@ func browser(t *testing.T) context.Context {
 }
 
 // shoot saves a PNG of the whole page as name.png.
-func shoot(t *testing.T, ctx context.Context, name string) {
+func shoot(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	dir := *screenshots
 	if dir == "" {
@@ -138,7 +138,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Signing in: the list needs a session.
 	do("opening the console", chromedp.Navigate(e.admin.URL+"/admin/"), chromedp.WaitVisible("#key"))
 	page()
-	shoot(t, ctx, "operators-login")
+	shoot(ctx, t, "operators-login")
 	do("signing in with a merchant's key", chromedp.SendKeys("#key", apitest.APIKey), chromedp.Submit("#key"), chromedp.WaitVisible(".error"))
 	if msg := text(".error"); !strings.Contains(msg, "not an admin key") {
 		t.Fatalf("a merchant's key at sign-in: %q", msg)
@@ -148,7 +148,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if list := text("#stuck"); !strings.Contains(list, id) || !strings.Contains(list, "connection refused") {
 		t.Fatalf("the stuck list lacks %s and its last error:\n%s", id, list)
 	}
-	shoot(t, ctx, "operators-stuck")
+	shoot(ctx, t, "operators-stuck")
 
 	// Search by idempotency key: posted, looked up, never shown.
 	do("searching by idempotency key",
@@ -171,7 +171,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if st := text("#status"); st != "processing" {
 		t.Fatalf("status before the resolution: %q", st)
 	}
-	shoot(t, ctx, "operators-timeline")
+	shoot(ctx, t, "operators-timeline")
 
 	// Resolve: review, then confirm.
 	const reason = "Acquirer support confirmed the capture, ticket 4411"
@@ -180,7 +180,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if d := text("#decision"); d != "captured" {
 		t.Fatalf("the confirmation shows %q, want captured", d)
 	}
-	shoot(t, ctx, "operators-confirm")
+	shoot(ctx, t, "operators-confirm")
 	do("confirming", chromedp.Click("#confirm"), chromedp.WaitVisible("#timeline"))
 	page()
 	if st := text("#status"); st != "captured" {
@@ -189,14 +189,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	if tl := text("#timeline"); !strings.Contains(tl, "resolution by admin:alice: captured") || !strings.Contains(tl, reason) || !strings.Contains(tl, "settled") {
 		t.Fatalf("timeline after the resolution:\n%s", tl)
 	}
-	shoot(t, ctx, "operators-resolved")
+	shoot(ctx, t, "operators-resolved")
 
 	do("reading the audit trail", chromedp.Click(`nav a[href="/admin/audit"]`), chromedp.WaitVisible("#audit"))
 	page()
 	if a := text("#audit"); !strings.Contains(a, "admin:alice") || !strings.Contains(a, reason) || !strings.Contains(a, id) {
 		t.Fatalf("audit trail:\n%s", a)
 	}
-	shoot(t, ctx, "operators-audit")
+	shoot(ctx, t, "operators-audit")
 	do("the stuck list is empty", chromedp.Navigate(e.admin.URL+"/admin/"), chromedp.WaitVisible(".empty"))
 
 	// The merchant's retry replays what the operator decided.

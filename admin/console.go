@@ -222,7 +222,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, _ := s.sessions.create(admin)
-	http.SetCookie(w, &http.Cookie{
+	// Secure whenever the console is served over TLS; a loopback console
+	// over plain HTTP (the default) could not keep a Secure cookie.
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: Secure follows r.TLS, see above
 		Name: sessionCookie, Value: id, Path: "/admin/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(s.cfg.SessionTTL.Seconds()),
 	})
@@ -232,7 +234,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request, _ *session) error {
 	s.sessions.end(r)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}) //nolint:gosec // G124: Secure follows r.TLS, as at login
 	http.Redirect(w, r, "/admin/login", http.StatusSeeOther)
 	return nil
 }

@@ -90,11 +90,11 @@ func (f *runtimeFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 type runtime struct {
 	store    chargeonce.Store
 	acquirer chargeonce.Acquirer
-	sim     *acquirer.Simulator // the in-process simulator, or nil
-	engine  *engine.Engine
-	metrics *metrics.Metrics
-	rescuer *recovery.Rescuer
-	sweeper *recovery.Sweeper
+	sim      *acquirer.Simulator // the in-process simulator, or nil
+	engine   *engine.Engine
+	metrics  *metrics.Metrics
+	rescuer  *recovery.Rescuer
+	sweeper  *recovery.Sweeper
 }
 
 // open builds the runtime the flags describe, with merchantRates (from the
@@ -131,11 +131,11 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 	return &runtime{
 		store:    store,
 		acquirer: acq,
-		sim:     sim,
-		engine:  eng,
-		metrics: m,
-		rescuer: recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
-		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept}),
+		sim:      sim,
+		engine:   eng,
+		metrics:  m,
+		rescuer:  recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
+		sweeper:  recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept}),
 	}, nil
 }
 
