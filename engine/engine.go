@@ -598,12 +598,12 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 	base := context.WithoutCancel(ctx)
 	tr := newTrail(&ch, recovering, lookFirst, rec.RecoveryAttempts)
 	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
-	res, err := e.acquire(actx, &ch, lookFirst, tr)
+	res, err := e.acquire(actx, &ch, lookFirst, &tr)
 	cancel()
 	if err == nil && res.Status != chargeonce.StatusCaptured && res.Status != chargeonce.StatusDeclined {
 		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
 	}
-	e.appendHistory(base, tr, err != nil)
+	e.appendHistory(base, &tr, err != nil)
 	if err != nil {
 		if ue, ok := errors.AsType[*unsureError](err); ok {
 			backoff = max(backoff, ue.retryAfter)

@@ -20,16 +20,19 @@ const (
 // and the common path (a first attempt with a definite answer) appends
 // nothing.
 type trail struct {
-	ch      *chargeonce.Charge
-	actor   string
+	// chargeID and merchantID, not the charge: a pointer to the caller's
+	// charge would move it to the heap on every drive, the common path's
+	// too.
+	chargeID, merchantID string
+	actor                string
 	entries []chargeonce.HistoryEntry
 	// unusual is set when the drive is off the common path whatever its
 	// outcome: a claim by recovery or by a retry, which looks first.
 	unusual bool
 }
 
-func newTrail(ch *chargeonce.Charge, recovering, lookFirst bool, attempts int) *trail {
-	t := &trail{ch: ch, actor: ActorAttempt}
+func newTrail(ch *chargeonce.Charge, recovering, lookFirst bool, attempts int) trail {
+	t := trail{chargeID: ch.ID, merchantID: ch.MerchantID, actor: ActorAttempt}
 	switch {
 	case recovering:
 		t.actor, t.unusual = ActorRecovery, true
@@ -44,7 +47,7 @@ func newTrail(ch *chargeonce.Charge, recovering, lookFirst bool, attempts int) *
 
 func (t *trail) add(kind chargeonce.HistoryKind, outcome, detail string) {
 	t.entries = append(t.entries, chargeonce.HistoryEntry{
-		ChargeID: t.ch.ID, MerchantID: t.ch.MerchantID, Kind: kind, Actor: t.actor, Outcome: outcome, Detail: detail,
+		ChargeID: t.chargeID, MerchantID: t.merchantID, Kind: kind, Actor: t.actor, Outcome: outcome, Detail: detail,
 	})
 }
 
@@ -92,6 +95,6 @@ func (e *Engine) appendHistory(base context.Context, tr *trail, unknown bool) {
 	wctx, cancel := context.WithTimeout(base, e.opts.WriteTimeout)
 	defer cancel()
 	if err := e.opts.History.HistoryAppend(wctx, tr.entries...); err != nil {
-		e.log.Warn("appending charge history failed", "charge_id", tr.ch.ID, "err", err)
+		e.log.Warn("appending charge history failed", "charge_id", tr.chargeID, "err", err)
 	}
 }
