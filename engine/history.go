@@ -25,7 +25,7 @@ type trail struct {
 	// too.
 	chargeID, merchantID string
 	actor                string
-	entries []chargeonce.HistoryEntry
+	entries              []chargeonce.HistoryEntry
 	// unusual is set when the drive is off the common path whatever its
 	// outcome: a claim by recovery or by a retry, which looks first.
 	unusual bool
