@@ -113,6 +113,12 @@ type Options struct {
 	Logger      *slog.Logger
 	// Observer, when set, is told about every acquirer call (metrics).
 	Observer Observer
+	// History, when set, is where the engine appends a charge's history
+	// off the common path (SPEC "Operators"): recovery's claims, lookups,
+	// and captures re-driven or with an unknown outcome. The common path
+	// (insert, capture, settle) appends nothing. Nil: the store, if it
+	// keeps history.
+	History chargeonce.HistoryAppender
 }
 
 // Observer receives the engine's events for metrics. Implementations must
@@ -201,6 +207,9 @@ func New(store chargeonce.Store, acquirer chargeonce.Acquirer, opts Options) *En
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.History == nil {
+		opts.History, _ = store.(chargeonce.HistoryAppender)
 	}
 	return &Engine{
 		store: store, acquirer: acquirer, opts: opts, log: opts.Logger,
@@ -517,9 +526,10 @@ func (e *Engine) redrive(ctx context.Context, rec chargeonce.KeyRecord, token st
 // attempt's does. A capture the acquirer definitely refused is a decline
 // (DeclineAcquirerRejected): nothing moved, and re-sending it would only be
 // refused again, forever.
-func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst bool) (chargeonce.CaptureResult, error) {
+func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst bool, tr *trail) (chargeonce.CaptureResult, error) {
 	if lookFirst {
 		lr, err := e.acquirer.Lookup(ctx, chargeonce.LookupRequest{Reference: ch.Reference(), FirstSent: ch.CreatedAt})
+		tr.lookup(lr, err)
 		if err != nil {
 			return chargeonce.CaptureResult{}, fmt.Errorf("looking up reference %s: %w", ch.Reference(), err)
 		}
@@ -543,6 +553,7 @@ func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst b
 	if e.opts.Observer != nil {
 		e.opts.Observer.AcquirerCall(time.Since(start), err)
 	}
+	tr.capture(res, err)
 	if errors.Is(err, chargeonce.ErrCaptureRejected) {
 		e.log.WarnContext(ctx, "the acquirer refused the capture; settling it as declined",
 			"charge_id", ch.ID, "merchant", ch.MerchantID, "decline_code", chargeonce.DeclineAcquirerRejected, "err", err)
@@ -598,12 +609,14 @@ func (e *unsureError) Error() string {
 func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering, lookFirst bool) Response {
 	ch := rec.Charge
 	base := context.WithoutCancel(ctx)
+	tr := newTrail(&ch, recovering, lookFirst, rec.RecoveryAttempts)
 	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
-	res, err := e.acquire(actx, &ch, lookFirst)
+	res, err := e.acquire(actx, &ch, lookFirst, &tr)
 	cancel()
 	if err == nil && res.Status != chargeonce.StatusCaptured && res.Status != chargeonce.StatusDeclined {
 		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
 	}
+	e.appendHistory(base, &tr, err != nil)
 	if err != nil {
 		if ra, ok := errors.AsType[RetryAfterError](err); ok {
 			backoff = max(backoff, ra.RetryAfter())

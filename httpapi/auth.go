@@ -159,6 +159,18 @@ func (k *Keys) hasMerchant(id string) bool {
 	return false
 }
 
+// HasDigest reports whether d is the SHA-256 digest of one of the keys:
+// serve refuses an admin key that is also a merchant's, so that the two
+// never cross.
+func (k *Keys) HasDigest(d [sha256.Size]byte) bool {
+	for _, e := range k.entries {
+		if e.digest == d {
+			return true
+		}
+	}
+	return false
+}
+
 // Rates returns the rates the keys give merchants of their own, for
 // engine.Options.MerchantRates; nil when there are none.
 func (k *Keys) Rates() map[string]engine.Rate {

@@ -49,6 +49,11 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) chargeonce.Store { return setup(t) })
 }
 
+func TestOperators(t *testing.T) {
+	t.Parallel()
+	storetest.RunOperators(t, func(t *testing.T) chargeonce.Store { return setup(t) })
+}
+
 // TestMigrateConcurrent starts several instances at once on one empty
 // schema, each migrating: the advisory lock must make them take turns, so
 // every migration is applied exactly once and nobody fails.
@@ -116,7 +121,7 @@ func TestMigrateCreatesInSearchPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(tables, ","), "charges,idempotency_keys,outbox,schema_migration_steps,schema_migrations"; got != want {
+	if got, want := strings.Join(tables, ","), "charge_history,charges,idempotency_keys,outbox,schema_migration_steps,schema_migrations"; got != want {
 		t.Fatalf("tables in %s: %s, want %s", schema, got, want)
 	}
 }

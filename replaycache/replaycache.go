@@ -240,3 +240,13 @@ func (c *Store) put(k entryKey, rec chargeonce.KeyRecord, read time.Time) {
 		delete(sh.m, last.Value.(*entry).k)
 	}
 }
+
+// HistoryAppend passes charges' history through to the store when it keeps
+// one (both stores do), so that an engine in front of the cache records its
+// unusual paths; the cache holds no history.
+func (c *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.HistoryEntry) error {
+	if h, ok := c.Store.(chargeonce.HistoryAppender); ok {
+		return h.HistoryAppend(ctx, entries...)
+	}
+	return nil
+}

@@ -280,23 +280,29 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 		return err
 	}
 	return s.write(ctx, "completing idempotency key", func(ctx context.Context, tx *sql.Tx) error {
-		var chargeID string
-		err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
-			p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
-		).Scan(&chargeID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return stale(p.Key)
-		}
-		if err != nil {
-			return wrap("completing idempotency key", err)
-		}
-		if _, err := tx.StmtContext(ctx, q.chargeComplete).ExecContext(ctx,
-			chargeID, string(p.ChargeStatus), p.DeclineCode,
-		); err != nil {
-			return wrap("completing charge", err)
-		}
-		return nil
+		return keyCompleteTx(ctx, tx, q, p)
 	})
+}
+
+// keyCompleteTx is KeyComplete's work inside tx: the one completion that
+// attempts, recovery and operators' resolutions (ChargeResolve) share.
+func keyCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.KeyCompleteParams) error {
+	var chargeID string
+	err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
+	).Scan(&chargeID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return stale(p.Key)
+	}
+	if err != nil {
+		return wrap("completing idempotency key", err)
+	}
+	if _, err := tx.StmtContext(ctx, q.chargeComplete).ExecContext(ctx,
+		chargeID, string(p.ChargeStatus), p.DeclineCode,
+	); err != nil {
+		return wrap("completing charge", err)
+	}
+	return nil
 }
 
 // KeyRelease deletes a processing record and its charge when token owns it,

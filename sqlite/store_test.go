@@ -112,6 +112,12 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, newStore)
 }
 
+// TestOperators runs the suite of chargeonce.OperatorStore.
+func TestOperators(t *testing.T) {
+	t.Parallel()
+	storetest.RunOperators(t, newStore)
+}
+
 func TestOpenRefusesInMemory(t *testing.T) {
 	t.Parallel()
 	if _, err := sqlite.Open(context.Background(), ":memory:"); err == nil {

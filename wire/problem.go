@@ -33,6 +33,9 @@ var problems = map[string]ProblemInfo{
 	chargeonce.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
 	chargeonce.EOVERLOADED:   {http.StatusServiceUnavailable, "Overloaded"},
 	chargeonce.ERATELIMITED:  {http.StatusTooManyRequests, "Rate limited"},
+	// The operators' API (package admin).
+	chargeonce.ENOTPROCESSING: {http.StatusConflict, "Charge not processing"},
+	chargeonce.EDISAGREES:     {http.StatusConflict, "Acquirer disagrees"},
 }
 
 // ProblemFor returns err's code and how it is shown; codes without an entry

@@ -8,6 +8,7 @@
 //	chargeonce race       the naive designs double-charging, and ours not
 //	chargeonce worker     consumes charge requests from NATS JetStream
 //	chargeonce publish    sends one charge request to the queue, prints its result
+//	chargeonce resolve    settles a stuck charge as an operator decided (admin API)
 //
 // Every flag has an environment twin: --key-ttl is CHARGEONCE_KEY_TTL.
 package main
@@ -42,6 +43,7 @@ func commands() []command {
 		{"race", "run the double-charge experiment: naive designs against insert-first", runRace},
 		{"worker", "consume charge requests from NATS JetStream (with recovery and the outbox publisher)", runWorker},
 		{"publish", "send one charge request to the queue and print its result", runPublish},
+		{"resolve", "settle a stuck charge as an operator decided, through the admin API", runResolve},
 		{"version", "print the version, the commit and the schema version of each store", runVersion},
 	}
 }

@@ -92,12 +92,14 @@ func (f *runtimeFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 // behind the replay cache, the metrics, and the recovery loop and key
 // sweeper that every instance runs.
 type runtime struct {
-	store   chargeonce.Store
-	sim     *acquirer.Simulator // the in-process simulator, or nil
-	engine  *engine.Engine
-	metrics *metrics.Metrics
-	rescuer *recovery.Rescuer
-	sweeper *recovery.Sweeper
+	store    chargeonce.Store
+	raw      chargeonce.Store // store without its spans (operators)
+	acquirer chargeonce.Acquirer
+	sim      *acquirer.Simulator // the in-process simulator, or nil
+	engine   *engine.Engine
+	metrics  *metrics.Metrics
+	rescuer  *recovery.Rescuer
+	sweeper  *recovery.Sweeper
 }
 
 // open builds the runtime the flags describe, with merchantRates (from the
@@ -131,16 +133,27 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		MerchantRates:   merchantRates,
 		Logger:          log,
 		Observer:        m,
+		// The cache keeps no history; the store does (both stores).
+		History: historyOf(raw),
 	})
 	m.Pool(poolStats(raw))
 	return &runtime{
-		store:   store,
-		sim:     sim,
-		engine:  eng,
-		metrics: m,
-		rescuer: recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
-		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept}),
+		store:    store,
+		raw:      raw,
+		acquirer: acq,
+		sim:      sim,
+		engine:   eng,
+		metrics:  m,
+		rescuer:  recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
+		sweeper:  recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept}),
 	}, nil
+}
+
+// historyOf is where the engine appends charges' history: the store itself,
+// not the replay cache in front of it.
+func historyOf(store chargeonce.Store) chargeonce.HistoryAppender {
+	h, _ := store.(chargeonce.HistoryAppender)
+	return h
 }
 
 // poolStats reads the connection pool of store for the metrics: pgx's pool
@@ -190,6 +203,11 @@ func (r *runtime) stop() {
 
 // close releases the store.
 func (r *runtime) close() { r.store.Close() }
+
+// operators is the store itself, under the spans of r.store: the operators'
+// store and the charges' history are interfaces of the store that the traced
+// wrapper does not carry.
+func (r *runtime) operators() chargeonce.Store { return r.raw }
 
 // metricsMaxConns caps the connections of --metrics-addr: scrapers and an
 // operator's curl, not clients.

@@ -25,6 +25,7 @@ const shutdownTimeout = 10 * time.Second
 type serveConfig struct {
 	runtimeFlags
 	addr, apiKeys, apiKeysFile, metricsAddr string
+	adminAddr, adminKeysFile                string
 	maxConns                                int
 }
 
@@ -36,6 +37,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.apiKeysFile, "api-keys-file", "", "a file of API keys, merchant:secret or merchant:sha256:<hex> per line (# comments), so that ps and config repos show no secret, and merchants' own rates (rate acme 200/s burst 400); instead of --api-keys")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own (and not on --addr); default: /metrics on --addr")
 	fs.IntVar(&c.maxConns, "max-conns", httpserve.DefaultMaxConns, "the most connections --addr keeps open; at the cap a new one evicts the longest idle, and is refused (503) when none is idle. Lowered to fit the file descriptor limit")
+	fs.StringVar(&c.adminAddr, "admin-addr", "", "serve the operators' API (/admin/v1/) and web console (/admin/) on this address of its own; off when empty (docs/operators.md)")
+	fs.StringVar(&c.adminKeysFile, "admin-keys-file", "", "a file of admin keys, name:sha256:<hex> per line; required when --admin-addr is not a loopback address (default on loopback: admin operator, key ak_test_demo)")
 	c.register(fs)
 	withTracingHelp(fs, stderr)
 	if err := parseFlags(fs, args); err != nil {
@@ -79,6 +82,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", c.addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
+	}
+	if c.adminAddr != "" {
+		closeAdmin, err := c.serveAdmin(ctx, rt, keys, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer closeAdmin()
 	}
 	if c.metricsAddr != "" {
 		closeMetrics, err := serveMetrics(ctx, c.metricsAddr, rt, log)

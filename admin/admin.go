@@ -1,0 +1,292 @@
+// Package admin is the operators' side of chargeonce (SPEC "Operators:
+// stuck charges, history, resolution"): a JSON API under /admin/v1/ and a
+// web console under /admin/, served on a listener of their own
+// (--admin-addr) and authenticated by admin keys that never work on the
+// merchant API (nor merchant keys here).
+//
+// Operators list the charges stuck processing across merchants, read a
+// charge's history (derived from its record on the common path, appended
+// on the unusual ones), and resolve a charge: the reference is looked up at
+// the acquirer first, a contradicting answer refuses the resolution unless
+// forced, and the final answer is stored through the very completion
+// attempts and recovery use, with an append-only audit entry beside it.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/idempotency"
+)
+
+// Defaults of Config.
+const (
+	DefaultLease           = engine.DefaultLease
+	DefaultAcquirerTimeout = engine.DefaultAcquirerTimeout
+	DefaultKeyTTL          = engine.DefaultKeyTTL
+	// DefaultSessionTTL is how long a console session lasts after login.
+	DefaultSessionTTL = 8 * time.Hour
+	// DefaultDeclineCode is a resolution's decline code when the operator
+	// gives none and the acquirer named none.
+	DefaultDeclineCode = "operator_declined"
+	// MaxReasonLen bounds a resolution's reason, in characters.
+	MaxReasonLen = 500
+)
+
+// Config configures a Server. Store must also implement
+// chargeonce.OperatorStore (both stores do).
+type Config struct {
+	Store    chargeonce.Store
+	Acquirer chargeonce.Acquirer
+	Keys     *Keys
+	Logger   *slog.Logger
+	// Lease is how long a resolution holds the record it claimed; it
+	// bounds how long recovery waits when the resolution dies midway.
+	Lease time.Duration
+	// AcquirerTimeout bounds a resolution's lookup.
+	AcquirerTimeout time.Duration
+	// KeyTTL is how long the resolved answer is replayed (--key-ttl).
+	KeyTTL     time.Duration
+	SessionTTL time.Duration
+}
+
+// Server serves the admin API and the console.
+type Server struct {
+	store    chargeonce.Store
+	ops      chargeonce.OperatorStore
+	acquirer chargeonce.Acquirer
+	keys     *Keys
+	log      *slog.Logger
+	cfg      Config
+	sessions *sessions
+	mux      *http.ServeMux
+}
+
+// New returns the admin server.
+func New(cfg Config) (*Server, error) {
+	ops, ok := cfg.Store.(chargeonce.OperatorStore)
+	if !ok {
+		return nil, fmt.Errorf("admin: the store (%T) keeps no history", cfg.Store)
+	}
+	if cfg.Keys == nil || cfg.Acquirer == nil {
+		return nil, errors.New("admin: Keys and Acquirer are required")
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.AcquirerTimeout <= 0 {
+		cfg.AcquirerTimeout = DefaultAcquirerTimeout
+	}
+	if cfg.KeyTTL <= 0 {
+		cfg.KeyTTL = DefaultKeyTTL
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		store: cfg.Store, ops: ops, acquirer: cfg.Acquirer, keys: cfg.Keys, log: cfg.Logger, cfg: cfg,
+		sessions: newSessions(cfg.SessionTTL),
+	}
+	s.routes()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// ResolveRequest is an operator's decision about a processing charge.
+type ResolveRequest struct {
+	Status      chargeonce.Status `json:"status"`
+	DeclineCode string            `json:"decline_code,omitempty"`
+	Reason      string            `json:"reason"`
+	Force       bool              `json:"force,omitempty"`
+}
+
+// Check validates the request.
+func (q *ResolveRequest) Check() error {
+	if q.Status != chargeonce.StatusCaptured && q.Status != chargeonce.StatusDeclined {
+		return chargeonce.FieldError("status", "status must be captured or declined")
+	}
+	if q.Status == chargeonce.StatusCaptured && q.DeclineCode != "" {
+		return chargeonce.FieldError("decline_code", "a captured charge has no decline_code")
+	}
+	if !chargeonce.ValidText(q.Reason) || !chargeonce.ValidText(q.DeclineCode) {
+		return chargeonce.FieldError("reason", "reason and decline_code must be valid UTF-8 without U+0000")
+	}
+	if strings.TrimSpace(q.Reason) == "" {
+		return chargeonce.FieldError("reason", "reason is required: say why (who at the acquirer confirmed what)")
+	}
+	if n := utf8.RuneCountInString(q.Reason); n > MaxReasonLen {
+		return chargeonce.FieldError("reason", "reason must be at most %d characters; got %d", MaxReasonLen, n)
+	}
+	if len(q.DeclineCode) > 64 {
+		return chargeonce.FieldError("decline_code", "decline_code must be at most 64 characters")
+	}
+	return nil
+}
+
+// Resolution is what a resolution did.
+type Resolution struct {
+	Charge chargeonce.Charge
+	Audit  chargeonce.HistoryEntry
+	// AcquirerAnswer is what the lookup said.
+	AcquirerAnswer string
+}
+
+// Resolve settles a processing charge as admin decided (SPEC "POST
+// /admin/v1/charges/{id}/resolve"):
+//
+//  1. it claims the record, whatever its lease, so that no attempt or
+//     recovery pass settles it meanwhile (theirs fail the compare-and-set);
+//  2. it looks the reference up at the acquirer and keeps the answer;
+//  3. a capture the acquirer holds that contradicts the decision refuses
+//     the resolution (EDISAGREES) unless forced: the record's lease is
+//     ended so recovery settles it from that answer, and the refusal is
+//     appended to the history;
+//  4. otherwise the final answer is stored through the completion
+//     attempts and recovery use, and the audit entry beside it.
+//
+// A charge no longer processing is ENOTPROCESSING, whoever settled it.
+func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveRequest) (Resolution, error) {
+	if err := q.Check(); err != nil {
+		return Resolution{}, err
+	}
+	token := idempotency.NewToken()
+	rec, err := s.ops.ChargeResolveClaim(ctx, chargeID, token, s.cfg.Lease)
+	if err != nil {
+		return Resolution{}, err
+	}
+	ch := rec.Charge
+	actor := "admin:" + admin
+	// The writes after the claim run to their end whatever the operator's
+	// connection does.
+	base := context.WithoutCancel(ctx)
+	actx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
+	lr, lerr := s.acquirer.Lookup(actx, chargeonce.LookupRequest{Reference: ch.Reference(), FirstSent: ch.CreatedAt})
+	cancel()
+	answer := describeLookup(lr, lerr)
+	disagrees := lerr == nil && lr.Status == chargeonce.LookupFound && lr.Result.Status != q.Status
+	if disagrees && !q.Force {
+		wctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
+		defer cancel()
+		if err := s.ops.HistoryAppend(wctx, chargeonce.HistoryEntry{
+			ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolveRefused, Actor: actor,
+			Outcome: "refused: wanted " + string(q.Status), Detail: answer, Reason: q.Reason,
+		}); err != nil {
+			s.log.Error("appending a refused resolution to the history failed", "charge_id", ch.ID, "admin", admin, "err", err)
+		}
+		// Recovery may take the record at once: it will settle it from
+		// the capture the acquirer holds.
+		if err := s.store.KeyLeaseSet(wctx, ch.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+			s.log.Error("handing a refused resolution back to recovery failed; it is recovered when the resolution's lease ends", "charge_id", ch.ID, "err", err)
+		}
+		return Resolution{AcquirerAnswer: answer}, chargeonce.Errorf(chargeonce.EDISAGREES,
+			"the acquirer says %s, which contradicts %s; nothing was settled (send force to override)", answer, q.Status)
+	}
+	final := ch
+	final.Status = q.Status
+	if q.Status == chargeonce.StatusDeclined {
+		final.DeclineCode = q.DeclineCode
+		if final.DeclineCode == "" && lr.Status == chargeonce.LookupFound && lr.Result.Status == chargeonce.StatusDeclined {
+			final.DeclineCode = lr.Result.DeclineCode
+		}
+		if final.DeclineCode == "" {
+			final.DeclineCode = DefaultDeclineCode
+		}
+	}
+	resp := engine.FinalResponse(&final)
+	outcome := string(final.Status)
+	if final.DeclineCode != "" {
+		outcome += " (" + final.DeclineCode + ")"
+	}
+	audit := chargeonce.HistoryEntry{
+		ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolution, Actor: actor,
+		Outcome: outcome, Detail: "acquirer: " + answer, Reason: q.Reason, Forced: disagrees,
+	}
+	wctx, wcancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
+	defer wcancel()
+	err = s.ops.ChargeResolve(wctx, chargeonce.ResolveParams{
+		Complete: chargeonce.KeyCompleteParams{
+			MerchantID: ch.MerchantID, Key: rec.Key, Token: token,
+			ChargeStatus: final.Status, DeclineCode: final.DeclineCode,
+			ResponseStatus: resp.Status, ResponseBody: resp.Body, TTL: s.cfg.KeyTTL,
+		},
+		Audit: audit,
+	})
+	if chargeonce.ErrorCode(err) == chargeonce.ESTALE {
+		return Resolution{}, chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s was settled by somebody else meanwhile; nothing changed", ch.ID)
+	}
+	if err != nil {
+		return Resolution{}, err
+	}
+	s.log.Warn("charge resolved by an operator", "admin", admin, "charge_id", ch.ID, "merchant", ch.MerchantID,
+		"status", final.Status, "decline_code", final.DeclineCode, "forced", disagrees, "acquirer", answer)
+	return Resolution{Charge: final, Audit: audit, AcquirerAnswer: answer}, nil
+}
+
+// describeLookup says in a line what the acquirer answered.
+func describeLookup(lr chargeonce.LookupResult, err error) string {
+	if err != nil {
+		return "lookup failed: " + err.Error()
+	}
+	s := engine.LookupOutcome(lr)
+	if lr.Reason != "" {
+		s += " — " + lr.Reason
+	}
+	return s
+}
+
+// Timeline is a charge's history: what its record says (inserted, settled)
+// around the entries appended on the unusual paths, in time order.
+func Timeline(in chargeonce.ChargeInspection, stored []chargeonce.HistoryEntry) []chargeonce.HistoryEntry {
+	ch := in.Charge
+	out := []chargeonce.HistoryEntry{{
+		ChargeID: ch.ID, MerchantID: ch.MerchantID, At: ch.CreatedAt, Kind: chargeonce.HistoryInserted,
+		Actor: engine.ActorAttempt, Outcome: "processing", Derived: true,
+	}}
+	out = append(out, stored...)
+	if ch.Status == chargeonce.StatusProcessing {
+		return out
+	}
+	outcome := string(ch.Status)
+	if ch.DeclineCode != "" {
+		outcome += " (" + ch.DeclineCode + ")"
+	}
+	if len(stored) == 0 {
+		// The common path: one capture, answered at once, settled by the
+		// attempt that inserted the charge.
+		out = append(out, chargeonce.HistoryEntry{
+			ChargeID: ch.ID, MerchantID: ch.MerchantID, At: in.UpdatedAt, Kind: chargeonce.HistoryCapture,
+			Actor: engine.ActorAttempt, Outcome: outcome, Derived: true,
+		})
+	}
+	return append(out, chargeonce.HistoryEntry{
+		ChargeID: ch.ID, MerchantID: ch.MerchantID, At: in.UpdatedAt, Kind: chargeonce.HistorySettled,
+		Actor: settledBy(stored), Outcome: outcome, Derived: true,
+	})
+}
+
+// settledBy names who settled a charge: the last resolution's admin, or
+// the last actor that drove it.
+func settledBy(stored []chargeonce.HistoryEntry) string {
+	for i := len(stored) - 1; i >= 0; i-- {
+		if stored[i].Kind == chargeonce.HistoryResolution {
+			return stored[i].Actor
+		}
+	}
+	if len(stored) > 0 {
+		return stored[len(stored)-1].Actor
+	}
+	return engine.ActorAttempt
+}

@@ -1,0 +1,390 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/admin"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/internal/apitest"
+	"github.com/chargeonce/chargeonce/internal/pgtest"
+	"github.com/chargeonce/chargeonce/postgres"
+)
+
+func TestMain(m *testing.M) {
+	pgtest.VerifyMain(m)
+}
+
+func sha256hex(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}
+
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// The admin keys of the tests: alice's is given as its digest, as a keys
+// file holds it.
+const (
+	aliceKey = "ak_test_alice"
+	bobKey   = "ak_test_bob"
+)
+
+func adminKeys(t *testing.T) *admin.Keys {
+	t.Helper()
+	k, err := admin.ParseKeys("# operators\nalice:sha256:" + sha256hex(aliceKey) + "\nbob:" + bobKey + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// downAcquirer counts capture requests per reference and, while down,
+// answers like an acquirer that cannot be reached.
+type downAcquirer struct {
+	next chargeonce.Acquirer
+	down atomic.Bool
+	mu   sync.Mutex
+	sent map[string]int
+}
+
+func (a *downAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
+	a.mu.Lock()
+	a.sent[req.Reference]++
+	a.mu.Unlock()
+	if a.down.Load() {
+		return chargeonce.CaptureResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	return a.next.Capture(ctx, req)
+}
+
+func (a *downAcquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	if a.down.Load() {
+		return chargeonce.LookupResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	return a.next.Lookup(ctx, req)
+}
+
+// env is a merchant API and an admin API over one store and acquirer.
+type env struct {
+	store  chargeonce.Store
+	sim    *acquirer.Simulator
+	acq    *downAcquirer
+	api    *apitest.Instance
+	admin  *httptest.Server
+	logs   *apitest.Buffer
+	orders atomic.Int64
+}
+
+// testOptions are the engine's options in the tests: a stuck charge is
+// backed off for an hour, so that nothing but the test drives it again.
+var testOptions = engine.Options{Lease: 2 * time.Second, AcquirerTimeout: time.Second, BackoffBase: time.Hour, BackoffMax: time.Hour}
+
+func setup(t *testing.T, kind string) *env {
+	t.Helper()
+	return setupWith(t, kind, testOptions)
+}
+
+func setupWith(t *testing.T, kind string, opts engine.Options) *env {
+	t.Helper()
+	e := &env{store: apitest.Store(t, kind), logs: &apitest.Buffer{}}
+	e.orders.Store(time.Now().UnixNano() % 1e9 * 1000)
+	e.sim = apitest.Simulator(t, acquirer.Options{Slow: 50 * time.Millisecond})
+	e.acq = &downAcquirer{next: e.sim, sent: map[string]int{}}
+	e.api = apitest.Start(t, e.store, e.acq, opts)
+	srv, err := admin.New(admin.Config{
+		Store: e.store, Acquirer: e.acq, Keys: adminKeys(t), Lease: opts.Lease, AcquirerTimeout: opts.AcquirerTimeout,
+		Logger: newLogger(e.logs),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.admin = httptest.NewServer(srv)
+	t.Cleanup(e.admin.Close)
+	return e
+}
+
+// stuck charges a new order while the acquirer is down: the answer is 202
+// and the charge stays processing, backed off for an hour.
+func (e *env) stuck(t *testing.T, key string) (chargeID string, body string) {
+	t.Helper()
+	e.acq.down.Store(true)
+	defer e.acq.down.Store(false)
+	body = fmt.Sprintf(`{"order_id":%d,"amount_cents":2500,"payment_token":"tok_ok"}`, e.orders.Add(1))
+	r := apitest.Charge(t, e.api.URL, key, body)
+	if r.Status != 202 {
+		t.Fatalf("charge with the acquirer down: %d %s, want 202", r.Status, r.Body)
+	}
+	var ch struct{ ID string }
+	if err := json.Unmarshal(r.Body, &ch); err != nil || ch.ID == "" {
+		t.Fatalf("202 body %s: %v", r.Body, err)
+	}
+	return ch.ID, body
+}
+
+// call sends an admin API request with key.
+func (e *env) call(t *testing.T, method, path, key string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, e.admin.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func problemType(b []byte) string {
+	var p chargeonce.Problem
+	_ = json.Unmarshal(b, &p)
+	return strings.TrimPrefix(p.Type, chargeonce.ProblemTypeBase)
+}
+
+func TestAdminKeysNeverCross(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "sqlite")
+	for _, key := range []string{"", apitest.APIKey, "ak_test_nobody"} {
+		if st, b := e.call(t, "GET", "/admin/v1/charges", key, nil); st != 401 || problemType(b) != chargeonce.EUNAUTHORIZED {
+			t.Errorf("admin API with key %q: %d %s, want 401", key, st, b)
+		}
+	}
+	// An admin key is not a merchant's key.
+	r, err := apitest.Do(t, nil, "GET", e.api.URL+"/v1/charges", nil, map[string]string{"Authorization": "Bearer " + aliceKey})
+	if err != nil || r.Status != 401 {
+		t.Errorf("merchant API with an admin key: %d %s (%v), want 401", r.Status, r.Body, err)
+	}
+	if st, _ := e.call(t, "GET", "/admin/v1/charges", aliceKey, nil); st != 200 {
+		t.Errorf("admin API with alice's key: %d", st)
+	}
+	if logs := e.logs.String(); !strings.Contains(logs, "admin=alice") || !strings.Contains(logs, "admin=- ") {
+		t.Errorf("admin calls are not logged with the admin's name:\n%s", logs)
+	}
+	if strings.Contains(e.logs.String(), aliceKey) {
+		t.Error("an admin key reached the log")
+	}
+}
+
+// TestStuckListAndHistory: a charge whose capture failed is listed with its
+// age, attempts, last error and next attempt; its history shows the
+// failed capture; a charge on the common path is not listed, and its
+// history is derived from the record with no row written.
+func TestStuckListAndHistory(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, kind)
+			stuckID, _ := e.stuck(t, "stuck-1")
+			ok := apitest.Charge(t, e.api.URL, "fine-1", fmt.Sprintf(`{"order_id":%d,"amount_cents":100,"payment_token":"tok_ok"}`, e.orders.Add(1)))
+			if ok.Status != 201 {
+				t.Fatalf("common path: %d %s", ok.Status, ok.Body)
+			}
+			var okCharge struct{ ID string }
+			_ = json.Unmarshal(ok.Body, &okCharge)
+
+			st, b := e.call(t, "GET", "/admin/v1/charges?status=processing&older_than=0s", aliceKey, nil)
+			if st != 200 {
+				t.Fatalf("stuck list: %d %s", st, b)
+			}
+			var list struct {
+				Data []admin.StuckJSON
+			}
+			if err := json.Unmarshal(b, &list); err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Data) != 1 || list.Data[0].ID != stuckID {
+				t.Fatalf("stuck list = %s, want only %s", b, stuckID)
+			}
+			row := list.Data[0]
+			if row.AcquirerAttempts != 1 || row.LastOutcome == nil || row.LastOutcome.Kind != chargeonce.HistoryCapture ||
+				!strings.Contains(row.LastOutcome.Detail, "connection refused") || time.Until(row.NextAttemptAt) < 30*time.Minute ||
+				row.Merchant != "demo" || row.KeyHash == "" || strings.Contains(string(b), "stuck-1") || strings.Contains(string(b), "tok_ok") {
+				t.Fatalf("stuck row = %s", b)
+			}
+			if st, b := e.call(t, "GET", "/admin/v1/charges?older_than=1h", aliceKey, nil); st != 200 || strings.Contains(string(b), stuckID) {
+				t.Fatalf("older_than=1h: %d %s", st, b)
+			}
+			for _, q := range []string{"status=captured", "older_than=soon", "limit=0", "after=ch_nope"} {
+				if st, b := e.call(t, "GET", "/admin/v1/charges?"+q, aliceKey, nil); st != 400 || problemType(b) != chargeonce.EINVALID {
+					t.Errorf("?%s: %d %s, want 400", q, st, b)
+				}
+			}
+
+			st, b = e.call(t, "GET", "/admin/v1/charges/"+stuckID, aliceKey, nil)
+			var d admin.ChargeDetailJSON
+			if st != 200 || json.Unmarshal(b, &d) != nil {
+				t.Fatalf("charge detail: %d %s", st, b)
+			}
+			if kinds := historyKinds(d.History); kinds != "inserted capture" || d.Record == nil || d.Record.State != chargeonce.KeyProcessing {
+				t.Fatalf("history of the stuck charge: %s (%s)", kinds, b)
+			}
+			st, b = e.call(t, "GET", "/admin/v1/charges/"+okCharge.ID, aliceKey, nil)
+			if st != 200 || json.Unmarshal(b, &d) != nil {
+				t.Fatalf("charge detail: %d %s", st, b)
+			}
+			if kinds := historyKinds(d.History); kinds != "inserted capture settled" {
+				t.Fatalf("history of a charge on the common path: %s", kinds)
+			}
+			for _, h := range d.History {
+				if !h.Derived {
+					t.Fatalf("the common path wrote a history row: %+v", h)
+				}
+			}
+			if st, b := e.call(t, "GET", "/admin/v1/charges/ch_nope", aliceKey, nil); st != 404 {
+				t.Errorf("unknown charge: %d %s", st, b)
+			}
+		})
+	}
+}
+
+func historyKinds(h []admin.EntryJSON) string {
+	var ks []string
+	for _, e := range h {
+		ks = append(ks, string(e.Kind))
+	}
+	return strings.Join(ks, " ")
+}
+
+// TestResolve: the resolution looks the reference up first; a capture the
+// acquirer holds refuses "declined" (409 acquirer-disagrees) unless forced;
+// a resolved charge is no longer processing (409); the merchant's retry
+// replays the resolved answer, and the audit trail has one entry.
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, kind)
+			// Captured at the acquirer, reply lost: the charge stays
+			// processing, but the acquirer holds the capture.
+			body := fmt.Sprintf(`{"order_id":%d,"amount_cents":900,"payment_token":"tok_fail_after"}`, e.orders.Add(1))
+			r := apitest.Charge(t, e.api.URL, "lost-reply", body)
+			if r.Status != 202 {
+				t.Fatalf("tok_fail_after: %d %s", r.Status, r.Body)
+			}
+			var ch struct{ ID string }
+			_ = json.Unmarshal(r.Body, &ch)
+			path := "/admin/v1/charges/" + ch.ID + "/resolve"
+
+			for _, bad := range []any{
+				map[string]any{"status": "refunded", "reason": "x"},
+				map[string]any{"status": "declined"},
+				map[string]any{"status": "captured", "reason": "x", "decline_code": "nope"},
+				map[string]any{"status": "captured", "reason": "x", "extra": 1},
+			} {
+				if st, b := e.call(t, "POST", path, bobKey, bad); st != 400 {
+					t.Errorf("resolve %v: %d %s, want 400", bad, st, b)
+				}
+			}
+			st, b := e.call(t, "POST", path, bobKey, admin.ResolveRequest{Status: chargeonce.StatusDeclined, Reason: "support says no"})
+			if st != 409 || problemType(b) != chargeonce.EDISAGREES || !strings.Contains(string(b), "found: captured") {
+				t.Fatalf("declining a captured charge: %d %s, want 409 acquirer-disagrees", st, b)
+			}
+			_, b = e.call(t, "GET", "/admin/v1/charges/"+ch.ID, bobKey, nil)
+			var d admin.ChargeDetailJSON
+			_ = json.Unmarshal(b, &d)
+			if d.Charge.Status != chargeonce.StatusProcessing || !strings.Contains(historyKinds(d.History), "resolve-refused") {
+				t.Fatalf("after a refused resolution: %s", b)
+			}
+			st, b = e.call(t, "POST", path, bobKey, admin.ResolveRequest{Status: chargeonce.StatusDeclined, DeclineCode: "fraud_suspected", Reason: "refunded by hand, ticket 42", Force: true})
+			if st != 200 {
+				t.Fatalf("forced resolution: %d %s", st, b)
+			}
+			var res struct {
+				Charge admin.ChargeJSON
+				Audit  admin.EntryJSON
+			}
+			_ = json.Unmarshal(b, &res)
+			if res.Charge.Status != chargeonce.StatusDeclined || res.Charge.DeclineCode != "fraud_suspected" || !res.Audit.Forced ||
+				res.Audit.Actor != "admin:bob" || !strings.Contains(res.Audit.Detail, "found: captured") {
+				t.Fatalf("forced resolution answered %s", b)
+			}
+			if st, b := e.call(t, "POST", path, aliceKey, admin.ResolveRequest{Status: chargeonce.StatusCaptured, Reason: "again"}); st != 409 || problemType(b) != chargeonce.ENOTPROCESSING {
+				t.Fatalf("resolving a settled charge: %d %s, want 409 charge-not-processing", st, b)
+			}
+			// The merchant's retry replays the resolved answer.
+			r = apitest.Charge(t, e.api.URL, "lost-reply", body)
+			if r.Status != 402 || r.Header.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(r.Body), "fraud_suspected") {
+				t.Fatalf("retry after the resolution: %d %s %v", r.Status, r.Body, r.Header)
+			}
+			st, b = e.call(t, "GET", "/admin/v1/audit", aliceKey, nil)
+			var audit struct{ Data []admin.EntryJSON }
+			if st != 200 || json.Unmarshal(b, &audit) != nil || len(audit.Data) != 1 || audit.Data[0].Reason != "refunded by hand, ticket 42" {
+				t.Fatalf("audit trail: %d %s", st, b)
+			}
+			if n := e.acq.captures(ch.ID); n != 1 {
+				t.Fatalf("capture requests for %s: %d, want 1 (resolutions only look up)", ch.ID, n)
+			}
+		})
+	}
+}
+
+func (a *downAcquirer) captures(ref string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sent[ref]
+}
+
+// TestCommonPathWritesNoHistoryRows counts the rows of a PostgreSQL
+// database through 50 charges on the common path: two per charge (the
+// record and the charge), as before history existed, and none in
+// charge_history.
+func TestCommonPathWritesNoHistoryRows(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "postgres")
+	pool := e.store.(*postgres.Store).Pool()
+	for i := range 50 {
+		r := apitest.Charge(t, e.api.URL, fmt.Sprintf("common-%d", i), fmt.Sprintf(`{"order_id":%d,"amount_cents":100,"payment_token":"tok_ok"}`, e.orders.Add(1)))
+		if r.Status != 201 {
+			t.Fatalf("charge %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	var keys, charges, history int
+	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM idempotency_keys), (SELECT count(*) FROM charges), (SELECT count(*) FROM charge_history)`).Scan(&keys, &charges, &history); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("50 charges on the common path: %d records, %d charges, %d history rows", keys, charges, history)
+	if keys != 50 || charges != 50 || history != 0 {
+		t.Fatalf("rows after 50 common-path charges: %d records, %d charges, %d history; want 50, 50, 0", keys, charges, history)
+	}
+	// The history table refuses changes: audit entries are append-only.
+	_, err := pool.Exec(t.Context(), `INSERT INTO charge_history (charge_id, merchant_id, kind, actor) VALUES ('ch_x', 'demo', 'lookup', 'test')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `UPDATE charge_history SET reason = 'rewritten'`); err == nil || !strings.Contains(err.Error(), "append-only") {
+		t.Fatalf("UPDATE of charge_history: %v, want refused", err)
+	}
+	if _, err := pool.Exec(t.Context(), `DELETE FROM charge_history`); err == nil || !strings.Contains(err.Error(), "append-only") {
+		t.Fatalf("DELETE of charge_history: %v, want refused", err)
+	}
+}

@@ -1,0 +1,291 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/wire"
+)
+
+// maxBody bounds a request body of the admin API and console.
+const maxBody = 16 << 10
+
+// routes mounts the API and the console.
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.Handle("GET /admin/v1/charges", s.api(s.apiList))
+	m.Handle("GET /admin/v1/charges/{id}", s.api(s.apiCharge))
+	m.Handle("POST /admin/v1/charges/{id}/resolve", s.api(s.apiResolve))
+	m.Handle("GET /admin/v1/audit", s.api(s.apiAudit))
+	s.consoleRoutes(m)
+	s.mux = m
+}
+
+// apiHandler is an API handler that knows its admin.
+type apiHandler func(w http.ResponseWriter, r *http.Request, admin string) error
+
+// api authenticates a bearer admin key, logs the call with the admin's
+// name, and answers errors as problem+json.
+func (s *Server) api(h apiHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		admin, ok := s.bearer(r)
+		var err error
+		if !ok {
+			err = chargeonce.Errorf(chargeonce.EUNAUTHORIZED, "send an admin key as Authorization: Bearer <admin-key>; merchants' API keys do not work here")
+		} else {
+			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+			err = h(w, r, admin)
+		}
+		status := http.StatusOK
+		if err != nil {
+			status = writeProblem(w, err)
+		}
+		s.logCall(r, admin, status, start, err)
+	})
+}
+
+// logCall logs one admin call: every call, with the admin's name.
+func (s *Server) logCall(r *http.Request, admin string, status int, start time.Time, err error) {
+	attrs := []any{"admin", admin, "method", r.Method, "route", r.Pattern, "status", status,
+		"duration", time.Since(start).Round(time.Microsecond).String()}
+	if id := r.PathValue("id"); id != "" {
+		attrs = append(attrs, "charge_id", id)
+	}
+	if err != nil && status >= 500 {
+		attrs = append(attrs, "err", err)
+	}
+	if admin == "" {
+		admin = "-"
+		attrs[1] = admin
+	}
+	s.log.Info("admin call", attrs...)
+}
+
+func (s *Server) bearer(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", false
+	}
+	return s.keys.lookup(strings.TrimSpace(token))
+}
+
+// writeProblem answers err as problem+json and returns the status.
+func writeProblem(w http.ResponseWriter, err error) int {
+	status, body := wire.Problem(err, "")
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return status
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// ChargeJSON is a charge as the admin API shows it: no payment token, and
+// the idempotency key only as its hash (the hash the logs carry).
+type ChargeJSON struct {
+	ID          string            `json:"id"`
+	Merchant    string            `json:"merchant"`
+	OrderID     int64             `json:"order_id"`
+	AmountCents int64             `json:"amount_cents"`
+	Currency    string            `json:"currency"`
+	Status      chargeonce.Status `json:"status"`
+	DeclineCode string            `json:"decline_code,omitempty"`
+	Description string            `json:"description,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	KeyHash     string            `json:"idempotency_key_hash"`
+}
+
+func chargeJSON(c *chargeonce.Charge) ChargeJSON {
+	return ChargeJSON{
+		ID: c.ID, Merchant: c.MerchantID, OrderID: c.OrderID, AmountCents: c.AmountCents, Currency: c.Currency,
+		Status: c.Status, DeclineCode: c.DeclineCode, Description: c.Description, CreatedAt: c.CreatedAt,
+		KeyHash: idempotency.KeyHash(c.MerchantID, c.IdempotencyKey),
+	}
+}
+
+// EntryJSON is a history entry.
+type EntryJSON struct {
+	ID       int64                  `json:"id,omitempty"`
+	ChargeID string                 `json:"charge_id"`
+	At       time.Time              `json:"at"`
+	Kind     chargeonce.HistoryKind `json:"kind"`
+	Actor    string                 `json:"actor"`
+	Outcome  string                 `json:"outcome,omitempty"`
+	Detail   string                 `json:"detail,omitempty"`
+	Reason   string                 `json:"reason,omitempty"`
+	Forced   bool                   `json:"forced,omitempty"`
+	Derived  bool                   `json:"derived,omitempty"`
+}
+
+func entryJSON(e *chargeonce.HistoryEntry) *EntryJSON {
+	if e == nil {
+		return nil
+	}
+	return &EntryJSON{ID: e.ID, ChargeID: e.ChargeID, At: e.At, Kind: e.Kind, Actor: e.Actor, Outcome: e.Outcome,
+		Detail: e.Detail, Reason: e.Reason, Forced: e.Forced, Derived: e.Derived}
+}
+
+// StuckJSON is one row of the stuck list.
+type StuckJSON struct {
+	ChargeJSON
+	AgeSeconds       float64    `json:"age_seconds"`
+	AcquirerAttempts int        `json:"acquirer_attempts"`
+	LastOutcome      *EntryJSON `json:"last_outcome"`
+	NextAttemptAt    time.Time  `json:"next_attempt_at"`
+}
+
+// stuckParams reads the stuck list's query.
+func stuckParams(r *http.Request) (chargeonce.StuckListParams, error) {
+	q := r.URL.Query()
+	p := chargeonce.StuckListParams{Limit: chargeonce.StuckListDefaultLimit, MerchantID: q.Get("merchant"), After: q.Get("after")}
+	if st := q.Get("status"); st != "" && st != string(chargeonce.StatusProcessing) {
+		return p, chargeonce.FieldError("status", "only processing charges are listed here (status=processing); look a settled charge up by its id")
+	}
+	if v := q.Get("older_than"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return p, chargeonce.FieldError("older_than", "older_than must be a duration such as 10m or 2h")
+		}
+		p.OlderThan = d
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return p, chargeonce.FieldError("limit", "limit must be a whole number")
+		}
+		p.Limit = n
+	}
+	return p, p.Check()
+}
+
+func (s *Server) apiList(w http.ResponseWriter, r *http.Request, _ string) error {
+	p, err := stuckParams(r)
+	if err != nil {
+		return err
+	}
+	page, err := s.ops.ChargesListStuck(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Data    []StuckJSON `json:"data"`
+		HasMore bool        `json:"has_more"`
+	}{Data: []StuckJSON{}, HasMore: page.HasMore}
+	for i := range page.Charges {
+		c := &page.Charges[i]
+		out.Data = append(out.Data, StuckJSON{
+			ChargeJSON: chargeJSON(&c.Charge), AgeSeconds: c.Age.Seconds(), AcquirerAttempts: c.Attempts,
+			LastOutcome: entryJSON(c.Last), NextAttemptAt: c.NextAttempt,
+		})
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// ChargeDetailJSON is a charge with its record and history.
+type ChargeDetailJSON struct {
+	Charge  ChargeJSON  `json:"charge"`
+	Record  *RecordJSON `json:"record"`
+	History []EntryJSON `json:"history"`
+}
+
+// RecordJSON is what the idempotency record says, while it exists.
+type RecordJSON struct {
+	State            chargeonce.KeyState `json:"state"`
+	AcquirerAttempts int                 `json:"acquirer_attempts"`
+	NextAttemptAt    *time.Time          `json:"next_attempt_at,omitempty"`
+}
+
+// detail reads a charge with its timeline.
+func (s *Server) detail(r *http.Request, id string) (chargeonce.ChargeInspection, []chargeonce.HistoryEntry, error) {
+	in, err := s.ops.ChargeInspect(r.Context(), id)
+	if err != nil {
+		return in, nil, err
+	}
+	stored, err := s.ops.ChargeHistory(r.Context(), id)
+	if err != nil {
+		return in, nil, err
+	}
+	return in, Timeline(in, stored), nil
+}
+
+func (s *Server) apiCharge(w http.ResponseWriter, r *http.Request, _ string) error {
+	in, tl, err := s.detail(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	out := ChargeDetailJSON{Charge: chargeJSON(&in.Charge), History: []EntryJSON{}}
+	if in.HasRecord {
+		out.Record = &RecordJSON{State: in.State, AcquirerAttempts: in.Attempts}
+		if in.State == chargeonce.KeyProcessing {
+			out.Record.NextAttemptAt = &in.NextAttempt
+		}
+	}
+	for i := range tl {
+		out.History = append(out.History, *entryJSON(&tl[i]))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) apiResolve(w http.ResponseWriter, r *http.Request, admin string) error {
+	var q ResolveRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&q); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return chargeonce.Errorf(chargeonce.ETOOLARGE, "the body must be at most %d bytes", maxBody)
+		}
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body must be a JSON object: status, decline_code, reason, force")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body must hold one JSON object")
+	}
+	res, err := s.Resolve(r.Context(), admin, r.PathValue("id"), q)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Charge ChargeJSON `json:"charge"`
+		Audit  EntryJSON  `json:"audit"`
+	}{chargeJSON(&res.Charge), *entryJSON(&res.Audit)})
+}
+
+func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, _ string) error {
+	p := chargeonce.AuditListParams{Limit: chargeonce.StuckListDefaultLimit}
+	if v := r.URL.Query().Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return chargeonce.FieldError("before", "before must be an audit entry's id")
+		}
+		p.Before = n
+	}
+	es, err := s.ops.AuditList(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Data []EntryJSON `json:"data"`
+	}{Data: []EntryJSON{}}
+	for i := range es {
+		out.Data = append(out.Data, *entryJSON(&es[i]))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}

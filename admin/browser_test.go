@@ -1,0 +1,212 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/chargeonce/chargeonce/internal/apitest"
+)
+
+// screenshots, when set, is where TestConsoleInBrowser saves a PNG of each
+// page it visits: `go test ./admin -run TestConsoleInBrowser -screenshots
+// ../docs` refreshes the pictures docs/operators.md shows. Without it they
+// go to a temporary directory (and are still checked to be PNGs).
+var screenshots = flag.String("screenshots", "", "save the console's screenshots in this directory (../docs refreshes the docs' pictures)")
+
+// browser starts Debian's headless Chromium with a fresh profile. No
+// browser is a failure, never a skip: .ci/run installs it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		t.Fatal("no Chromium to drive: install Debian's chromium (apt-get install -y chromium); .ci/run does")
+	}
+	var out apitest.Buffer
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+		chromedp.CombinedOutput(&out),
+	)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc()
+	})
+	// Start the browser now, so that a browser that cannot start fails
+	// here, saying why. The first action runs on ctx itself: the browser
+	// lives as long as the context of that first action.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("starting %s: %v\n%s", path, err, out.String())
+	}
+	return ctx
+}
+
+// shoot saves a PNG of the whole page as name.png.
+func shoot(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	dir := *screenshots
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+		t.Fatalf("screenshot %s is no PNG: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsoleInBrowser drives the console in headless Chromium as an
+// operator would: sign in with an admin key, find the stuck charge in the
+// list and by its idempotency key, open its timeline, resolve it through
+// the confirmation step, read the audit trail; then the merchant's retry
+// replays the resolved answer. No page and no URL ever holds the admin key
+// or the idempotency key.
+func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "postgres")
+	const key = "order-7731-attempt-secretish"
+	id, body := e.stuck(t, key)
+	ctx := browser(t)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+
+	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(sel))
+		if err != nil {
+			t.Fatalf("reading %s: %v", sel, err)
+		}
+		return s
+	}
+	var pages []string
+	page := func() {
+		t.Helper()
+		html, err := chromedp.Run(ctx, chromedp.OuterHTML("html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		loc, err := chromedp.Run(ctx, chromedp.Location())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{aliceKey, key, "tok_ok"} {
+			if strings.Contains(html, secret) || strings.Contains(loc, secret) {
+				t.Fatalf("page %s shows %q", loc, secret)
+			}
+		}
+		pages = append(pages, loc)
+	}
+
+	// Signing in: the list needs a session.
+	do("opening the console", chromedp.Navigate(e.admin.URL+"/admin/"), chromedp.WaitVisible("#key"))
+	page()
+	shoot(ctx, t, "operators-login")
+	do("signing in with a merchant's key", chromedp.SendKeys("#key", apitest.APIKey), chromedp.Submit("#key"), chromedp.WaitVisible(".error"))
+	if msg := text(".error"); !strings.Contains(msg, "not an admin key") {
+		t.Fatalf("a merchant's key at sign-in: %q", msg)
+	}
+	do("signing in", chromedp.SendKeys("#key", aliceKey), chromedp.Submit("#key"), chromedp.WaitVisible("#stuck"))
+	page()
+	if list := text("#stuck"); !strings.Contains(list, id) || !strings.Contains(list, "connection refused") {
+		t.Fatalf("the stuck list lacks %s and its last error:\n%s", id, list)
+	}
+	shoot(ctx, t, "operators-stuck")
+
+	// Search by idempotency key: posted, looked up, never shown.
+	do("searching by idempotency key",
+		chromedp.SendKeys(`form.search input[name="merchant"]`, "demo"),
+		chromedp.SendKeys(`form.search input[name="idempotency_key"]`, key),
+		chromedp.Submit(`form.search input[name="merchant"]`),
+		chromedp.WaitVisible("#timeline"))
+	page()
+	if loc := pages[len(pages)-1]; !strings.HasSuffix(loc, "/admin/charges/"+id) {
+		t.Fatalf("the search by key landed on %s, want the charge %s", loc, id)
+	}
+
+	// The timeline, from the list.
+	do("opening the timeline from the list", chromedp.Navigate(e.admin.URL+"/admin/"), chromedp.WaitVisible("#stuck"),
+		chromedp.Click(`#stuck a[href="/admin/charges/`+id+`"]`), chromedp.WaitVisible("#timeline"))
+	page()
+	if tl := text("#timeline"); !strings.Contains(tl, "inserted") || !strings.Contains(tl, "capture") || !strings.Contains(tl, "connection refused") {
+		t.Fatalf("timeline:\n%s", tl)
+	}
+	if st := text("#status"); st != "processing" {
+		t.Fatalf("status before the resolution: %q", st)
+	}
+	shoot(ctx, t, "operators-timeline")
+
+	// Resolve: review, then confirm.
+	const reason = "Acquirer support confirmed the capture, ticket 4411"
+	do("reviewing the resolution", chromedp.SendKeys("#reason", reason), chromedp.Click(`#resolve button[type="submit"]`), chromedp.WaitVisible("#confirm"))
+	page()
+	if d := text("#decision"); d != "captured" {
+		t.Fatalf("the confirmation shows %q, want captured", d)
+	}
+	shoot(ctx, t, "operators-confirm")
+	do("confirming", chromedp.Click("#confirm"), chromedp.WaitVisible("#timeline"))
+	page()
+	if st := text("#status"); st != "captured" {
+		t.Fatalf("status after the resolution: %q", st)
+	}
+	if tl := text("#timeline"); !strings.Contains(tl, "resolution by admin:alice: captured") || !strings.Contains(tl, reason) || !strings.Contains(tl, "settled") {
+		t.Fatalf("timeline after the resolution:\n%s", tl)
+	}
+	shoot(ctx, t, "operators-resolved")
+
+	do("reading the audit trail", chromedp.Click(`nav a[href="/admin/audit"]`), chromedp.WaitVisible("#audit"))
+	page()
+	if a := text("#audit"); !strings.Contains(a, "admin:alice") || !strings.Contains(a, reason) || !strings.Contains(a, id) {
+		t.Fatalf("audit trail:\n%s", a)
+	}
+	shoot(ctx, t, "operators-audit")
+	do("the stuck list is empty", chromedp.Navigate(e.admin.URL+"/admin/"), chromedp.WaitVisible(".empty"))
+
+	// The merchant's retry replays what the operator decided.
+	r := apitest.Charge(t, e.api.URL, key, body)
+	var ch struct{ ID, Status string }
+	if err := json.Unmarshal(r.Body, &ch); err != nil || r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || ch.ID != id || ch.Status != "captured" {
+		t.Fatalf("the merchant's retry: %d %s %v", r.Status, r.Body, r.Header)
+	}
+	if logs := e.logs.String(); strings.Contains(logs, aliceKey) || strings.Contains(logs, key) {
+		t.Fatal("a secret reached the admin log")
+	}
+	t.Logf("visited %d pages in Chromium: %s", len(pages), strings.Join(pages, " "))
+}

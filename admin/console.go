@@ -1,0 +1,424 @@
+package admin
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/idempotency"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static/*
+var staticFS embed.FS
+
+// pages are the console's templates, each parsed with the layout.
+var pages = func() map[string]*template.Template {
+	funcs := template.FuncMap{
+		"age":      func(d time.Duration) string { return roundAge(d) },
+		"since":    func(t time.Time) string { return roundAge(time.Since(t)) },
+		"until":    untilText,
+		"when":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
+		"money":    money,
+		"keyhash":  func(c chargeonce.Charge) string { return idempotency.KeyHash(c.MerchantID, c.IdempotencyKey) },
+		"urlpath":  url.PathEscape,
+		"isstatus": func(c chargeonce.Charge, s string) bool { return string(c.Status) == s },
+	}
+	out := map[string]*template.Template{}
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		panic(err)
+	}
+	for _, n := range names {
+		if n == "templates/layout.html" {
+			continue
+		}
+		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n))
+		out[strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")] = t
+	}
+	return out
+}()
+
+func roundAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+func untilText(t time.Time) string {
+	d := time.Until(t)
+	if d <= 0 {
+		return "due now"
+	}
+	return "in " + roundAge(d)
+}
+
+func money(cents int64, currency string) string {
+	sign := ""
+	if cents < 0 {
+		sign, cents = "-", -cents
+	}
+	return fmt.Sprintf("%s%d.%02d %s", sign, cents/100, cents%100, currency)
+}
+
+// consoleRoutes mounts the web console.
+func (s *Server) consoleRoutes(m *http.ServeMux) {
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		panic(err)
+	}
+	m.Handle("GET /admin/static/", http.StripPrefix("/admin/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET /admin/{$}", s.page(s.stuckPage))
+	m.HandleFunc("GET /admin/login", s.loginPage)
+	m.HandleFunc("POST /admin/login", s.login)
+	m.HandleFunc("POST /admin/logout", s.page(s.logout))
+	m.HandleFunc("POST /admin/search", s.page(s.search))
+	m.HandleFunc("GET /admin/charges/{id}", s.page(s.chargePage))
+	m.HandleFunc("POST /admin/charges/{id}/resolve", s.page(s.resolveForm))
+	m.HandleFunc("GET /admin/audit", s.page(s.auditPage))
+	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
+	})
+}
+
+// pageHandler renders a console page for a signed-in admin.
+type pageHandler func(w http.ResponseWriter, r *http.Request, ss *session) error
+
+// view is what every page's template gets.
+type view struct {
+	Title string
+	Admin string
+	CSRF  string
+	Error string
+	Data  any
+}
+
+// securityHeaders go on every console answer: no caching (pages show
+// charges), no framing, no script at all, no referrer leaving the site.
+func securityHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+}
+
+// page checks the session (and, on a POST, the CSRF token and the origin),
+// logs the call with the admin's name, and renders errors as a page.
+func (s *Server) page(h pageHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		securityHeaders(w)
+		ss, ok := s.sessions.get(r)
+		if !ok {
+			s.logCall(r, "", http.StatusSeeOther, start, nil)
+			http.Redirect(w, r, "/admin/login", http.StatusSeeOther)
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+			if !sameOrigin(r) || !ss.csrfOK(r) {
+				s.logCall(r, ss.admin, http.StatusForbidden, start, nil)
+				http.Error(w, "This form is stale or did not come from this console: go back, reload the page and try again.", http.StatusForbidden)
+				return
+			}
+		}
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		err := h(rec, r, ss)
+		if err != nil {
+			status, _ := writeProblemStatus(err)
+			rec.status = status
+			s.render(w, r, status, "error", view{Title: "Error", Admin: ss.admin, CSRF: ss.csrf, Error: chargeonce.ErrorMessage(err)})
+		}
+		s.logCall(r, ss.admin, rec.status, start, err)
+	}
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// writeProblemStatus is the status an error is shown with.
+func writeProblemStatus(err error) (int, string) {
+	var b bytes.Buffer
+	status := writeProblem(&discard{h: http.Header{}, b: &b}, err)
+	return status, b.String()
+}
+
+type discard struct {
+	h http.Header
+	b *bytes.Buffer
+}
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(p []byte) (int, error) { return d.b.Write(p) }
+func (d *discard) WriteHeader(int)             {}
+
+// render executes a page into a buffer first, so that a template error
+// is a 500, not half a page.
+func (s *Server) render(w http.ResponseWriter, _ *http.Request, status int, name string, v view) {
+	t, ok := pages[name]
+	if !ok {
+		http.Error(w, "no such page", http.StatusInternalServerError)
+		return
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, v); err != nil {
+		s.log.Error("rendering a console page failed", "page", name, "err", err)
+		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}
+
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	securityHeaders(w)
+	if _, ok := s.sessions.get(r); ok {
+		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, http.StatusOK, "login", view{Title: "Sign in"})
+}
+
+// login exchanges an admin key (posted, never in a URL) for a session
+// cookie. The key is not kept, logged or shown back.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	securityHeaders(w)
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if !sameOrigin(r) {
+		s.logCall(r, "", http.StatusForbidden, start, nil)
+		http.Error(w, "cross-site sign-in refused", http.StatusForbidden)
+		return
+	}
+	admin, ok := s.keys.lookup(strings.TrimSpace(r.PostFormValue("key")))
+	if !ok {
+		s.logCall(r, "", http.StatusUnauthorized, start, nil)
+		s.render(w, r, http.StatusUnauthorized, "login", view{Title: "Sign in", Error: "That is not an admin key. Merchants' API keys do not work here."})
+		return
+	}
+	id, _ := s.sessions.create(admin)
+	// Secure whenever the console is served over TLS; a loopback console
+	// over plain HTTP (the default) could not keep a Secure cookie.
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: Secure follows r.TLS, see above
+		Name: sessionCookie, Value: id, Path: "/admin/", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: int(s.cfg.SessionTTL.Seconds()),
+	})
+	s.logCall(r, admin, http.StatusSeeOther, start, nil)
+	http.Redirect(w, r, "/admin/", http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request, _ *session) error {
+	s.sessions.end(r)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}) //nolint:gosec // G124: Secure follows r.TLS, as at login
+	http.Redirect(w, r, "/admin/login", http.StatusSeeOther)
+	return nil
+}
+
+// stuckView is the stuck list page's data.
+type stuckView struct {
+	Charges   []chargeonce.StuckCharge
+	HasMore   bool
+	Next      string
+	Merchant  string
+	OlderThan string
+}
+
+func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) error {
+	p, err := stuckParams(r)
+	if err != nil {
+		return err
+	}
+	page, err := s.ops.ChargesListStuck(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	d := stuckView{Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID, OlderThan: r.URL.Query().Get("older_than")}
+	if page.HasMore {
+		q := url.Values{"after": {page.Charges[len(page.Charges)-1].Charge.ID}}
+		if d.Merchant != "" {
+			q.Set("merchant", d.Merchant)
+		}
+		if d.OlderThan != "" {
+			q.Set("older_than", d.OlderThan)
+		}
+		d.Next = "/admin/?" + q.Encode()
+	}
+	s.render(w, r, http.StatusOK, "stuck", view{Title: "Stuck charges", Admin: ss.admin, CSRF: ss.csrf, Data: d})
+	return nil
+}
+
+// searchView lists the charges a search found.
+type searchView struct {
+	What    string
+	Charges []chargeonce.Charge
+}
+
+// search finds charges by id, by merchant and order id, or by merchant and
+// idempotency key. It is a POST so that a key never lands in a URL, a
+// browser's history or an access log; the key is looked up, and only its
+// hash is ever shown.
+func (s *Server) search(w http.ResponseWriter, r *http.Request, ss *session) error {
+	id := strings.TrimSpace(r.PostFormValue("charge_id"))
+	merchant := strings.TrimSpace(r.PostFormValue("merchant"))
+	order := strings.TrimSpace(r.PostFormValue("order_id"))
+	key := r.PostFormValue("idempotency_key")
+	ctx := r.Context()
+	switch {
+	case id != "":
+		if _, err := s.ops.ChargeInspect(ctx, id); err != nil {
+			return err
+		}
+		http.Redirect(w, r, "/admin/charges/"+url.PathEscape(id), http.StatusSeeOther)
+		return nil
+	case merchant == "":
+		return chargeonce.FieldError("merchant", "give a charge id, or a merchant with an order id or an idempotency key")
+	case key != "":
+		rec, err := s.store.KeyGet(ctx, merchant, key)
+		if err != nil {
+			if chargeonce.ErrorCode(err) == chargeonce.ENOTFOUND {
+				return chargeonce.Errorf(chargeonce.ENOTFOUND, "merchant %s holds no record under the idempotency key with hash %s (records are kept until their TTL ends after settlement)",
+					merchant, idempotency.KeyHash(merchant, key))
+			}
+			return err
+		}
+		http.Redirect(w, r, "/admin/charges/"+url.PathEscape(rec.Charge.ID), http.StatusSeeOther)
+		return nil
+	case order != "":
+		n, err := strconv.ParseInt(order, 10, 64)
+		if err != nil || n <= 0 {
+			return chargeonce.FieldError("order_id", "order_id must be a positive whole number")
+		}
+		cs, err := s.store.ChargesListByOrder(ctx, merchant, n)
+		if err != nil {
+			return err
+		}
+		if len(cs) == 1 {
+			http.Redirect(w, r, "/admin/charges/"+url.PathEscape(cs[0].ID), http.StatusSeeOther)
+			return nil
+		}
+		s.render(w, r, http.StatusOK, "search", view{Title: "Search", Admin: ss.admin, CSRF: ss.csrf,
+			Data: searchView{What: fmt.Sprintf("merchant %s, order %d", merchant, n), Charges: cs}})
+		return nil
+	default:
+		return chargeonce.FieldError("order_id", "give an order id or an idempotency key with the merchant")
+	}
+}
+
+// chargeView is a charge's page.
+type chargeView struct {
+	In       chargeonce.ChargeInspection
+	Timeline []chargeonce.HistoryEntry
+	Form     ResolveRequest
+}
+
+func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session) error {
+	in, tl, err := s.detail(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	s.render(w, r, http.StatusOK, "charge", view{Title: "Charge " + in.Charge.ID, Admin: ss.admin, CSRF: ss.csrf,
+		Data: chargeView{In: in, Timeline: tl, Form: ResolveRequest{Status: chargeonce.StatusCaptured}}})
+	return nil
+}
+
+// confirmView is the confirmation step of a resolution.
+type confirmView struct {
+	In             chargeonce.ChargeInspection
+	Form           ResolveRequest
+	AcquirerAnswer string
+	Disagrees      bool
+}
+
+// resolveForm is the resolve form's two steps: without confirm it shows
+// what will happen and asks again; with confirm it resolves. A refusal
+// because the acquirer disagrees comes back to the confirmation, which then
+// offers to force.
+func (s *Server) resolveForm(w http.ResponseWriter, r *http.Request, ss *session) error {
+	id := r.PathValue("id")
+	q := ResolveRequest{
+		Status:      chargeonce.Status(r.PostFormValue("status")),
+		DeclineCode: strings.TrimSpace(r.PostFormValue("decline_code")),
+		Reason:      strings.TrimSpace(r.PostFormValue("reason")),
+		Force:       r.PostFormValue("force") == "1",
+	}
+	in, err := s.ops.ChargeInspect(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if err := q.Check(); err != nil {
+		return err
+	}
+	if in.Charge.Status != chargeonce.StatusProcessing {
+		return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is %s already; nothing to resolve", id, in.Charge.Status)
+	}
+	if r.PostFormValue("confirm") != "1" {
+		s.render(w, r, http.StatusOK, "confirm", view{Title: "Confirm resolution", Admin: ss.admin, CSRF: ss.csrf,
+			Data: confirmView{In: in, Form: q}})
+		return nil
+	}
+	res, err := s.Resolve(r.Context(), ss.admin, id, q)
+	if chargeonce.ErrorCode(err) == chargeonce.EDISAGREES {
+		s.render(w, r, http.StatusConflict, "confirm", view{Title: "The acquirer disagrees", Admin: ss.admin, CSRF: ss.csrf,
+			Error: chargeonce.ErrorMessage(err), Data: confirmView{In: in, Form: q, AcquirerAnswer: res.AcquirerAnswer, Disagrees: true}})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// Post/redirect/get: reloading the charge's page resolves nothing
+	// again. The page shows the resolution from the audit trail, not from
+	// anything in the URL.
+	_ = res
+	http.Redirect(w, r, "/admin/charges/"+url.PathEscape(id), http.StatusSeeOther)
+	return nil
+}
+
+func (s *Server) auditPage(w http.ResponseWriter, r *http.Request, ss *session) error {
+	p := chargeonce.AuditListParams{Limit: chargeonce.StuckListDefaultLimit}
+	if v := r.URL.Query().Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return chargeonce.FieldError("before", "before must be an audit entry's id")
+		}
+		p.Before = n
+	}
+	es, err := s.ops.AuditList(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	next := ""
+	if len(es) == p.Limit {
+		next = "/admin/audit?before=" + strconv.FormatInt(es[len(es)-1].ID, 10)
+	}
+	s.render(w, r, http.StatusOK, "audit", view{Title: "Audit trail", Admin: ss.admin, CSRF: ss.csrf,
+		Data: struct {
+			Entries []chargeonce.HistoryEntry
+			Next    string
+		}{es, next}})
+	return nil
+}

@@ -1,0 +1,153 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/admin"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/internal/apitest"
+	"github.com/chargeonce/chargeonce/recovery"
+)
+
+// countingStore counts the completions that succeeded, per key.
+type countingStore struct {
+	chargeonce.Store
+	mu   sync.Mutex
+	done map[string]int
+}
+
+func (s *countingStore) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
+	err := s.Store.KeyComplete(ctx, p)
+	if err == nil {
+		s.mu.Lock()
+		s.done[p.Key]++
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// TestResolveRacesRecovery: 20 stuck charges, recovery (eight drivers, pass
+// after pass) and an operator resolving the same 20 at once through the
+// admin API. Each charge is settled exactly once (by recovery's completion
+// or by a resolution, never both), there is one audit entry per resolution
+// that succeeded, every other resolution is refused with 409
+// charge-not-processing, no reference is captured twice, and every
+// merchant's retry replays the one stored answer.
+func TestResolveRacesRecovery(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	opts := testOptions
+	opts.BackoffBase, opts.BackoffMax = time.Millisecond, time.Millisecond // due for recovery at once
+	e := setupWith(t, "postgres", opts)
+	type stuckCharge struct{ id, key, body string }
+	var charges []stuckCharge
+	for i := range n {
+		key := fmt.Sprintf("race-%d", i)
+		id, body := e.stuck(t, key)
+		charges = append(charges, stuckCharge{id, key, body})
+	}
+
+	counting := &countingStore{Store: e.store, done: map[string]int{}}
+	rescuer := recovery.NewRescuer(counting, engine.New(counting, e.acq, opts), recovery.RescuerOptions{Parallelism: 8})
+	var (
+		wg                sync.WaitGroup
+		start             = make(chan struct{})
+		resolved, refused atomic.Int64
+		mu                sync.Mutex
+		resolvedKeys      = map[string]int{}
+		recoveryPasses    atomic.Int64
+		stopRecovery      = make(chan struct{})
+	)
+	wg.Go(func() {
+		<-start
+		for {
+			select {
+			case <-stopRecovery:
+				return
+			default:
+			}
+			if _, err := rescuer.RunOnce(t.Context()); err != nil {
+				t.Errorf("recovery pass: %v", err)
+				return
+			}
+			recoveryPasses.Add(1)
+		}
+	})
+	var operators sync.WaitGroup
+	for _, c := range charges {
+		operators.Go(func() {
+			<-start
+			st, b := e.call(t, "POST", "/admin/v1/charges/"+c.id+"/resolve", aliceKey,
+				admin.ResolveRequest{Status: chargeonce.StatusCaptured, Reason: "the acquirer's support confirmed the capture"})
+			switch {
+			case st == 200:
+				resolved.Add(1)
+				mu.Lock()
+				resolvedKeys[c.key]++
+				mu.Unlock()
+			case st == 409 && problemType(b) == chargeonce.ENOTPROCESSING:
+				refused.Add(1)
+			default:
+				t.Errorf("resolve %s: %d %s", c.id, st, b)
+			}
+		})
+	}
+	close(start)
+	operators.Wait()
+	apitest.Eventually(t, 30*time.Second, "recovery to find nothing left", func() bool {
+		page, err := e.store.(chargeonce.OperatorStore).ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50})
+		return err == nil && len(page.Charges) == 0
+	})
+	close(stopRecovery)
+	wg.Wait()
+	e.sim.Wait()
+
+	counting.mu.Lock()
+	defer counting.mu.Unlock()
+	recovered := 0
+	for _, c := range charges {
+		byRecovery, byOperator := counting.done[c.key], resolvedKeys[c.key]
+		recovered += byRecovery
+		if byRecovery+byOperator != 1 {
+			t.Errorf("%s settled %d times by recovery and %d by the operator, want once in all", c.id, byRecovery, byOperator)
+		}
+		if got := e.sim.CapturedCount("demo", orderOf(t, c.body)); got > 1 {
+			t.Errorf("%s captured %d times at the acquirer", c.id, got)
+		}
+		r := apitest.Charge(t, e.api.URL, c.key, c.body)
+		if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("retry of %s: %d %s, want the stored 201 replayed", c.key, r.Status, r.Body)
+		}
+	}
+	st, b := e.call(t, "GET", "/admin/v1/audit?limit=100", aliceKey, nil)
+	var audit struct{ Data []admin.EntryJSON }
+	if st != 200 || json.Unmarshal(b, &audit) != nil {
+		t.Fatalf("audit trail: %d %s", st, b)
+	}
+	if int64(len(audit.Data)) != resolved.Load() {
+		t.Errorf("audit trail holds %d entries for %d resolutions", len(audit.Data), resolved.Load())
+	}
+	t.Logf("%d stuck charges: %d resolved by the operator (%d audit entries), %d refused as already settled, %d settled by recovery in %d passes; captures per reference at most 1",
+		n, resolved.Load(), len(audit.Data), refused.Load(), recovered, recoveryPasses.Load())
+	if resolved.Load()+int64(recovered) != n || resolved.Load()+refused.Load() != n {
+		t.Fatalf("%d resolved + %d recovered != %d, or %d resolved + %d refused != %d", resolved.Load(), recovered, n, resolved.Load(), refused.Load(), n)
+	}
+}
+
+func orderOf(t *testing.T, body string) int64 {
+	t.Helper()
+	var r struct {
+		OrderID int64 `json:"order_id"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.OrderID
+}

@@ -1,0 +1,303 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+var _ chargeonce.OperatorStore = (*Store)(nil)
+
+// chargeColumnsC are chargeColumns for a query that names charges "c".
+const chargeColumnsC = `
+	c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
+	c.currency, c.payment_token, c.description, c.status, c.decline_code, c.created_at, c.metadata`
+
+// historyColumnsH are the columns scanHistory reads, for a query that names
+// charge_history "h".
+const historyColumnsH = `h.id, h.charge_id, h.merchant_id, h.at, h.kind, h.actor, h.outcome, h.detail, h.reason, h.forced`
+
+func scanHistory(row pgx.Row) (chargeonce.HistoryEntry, error) {
+	var (
+		e    chargeonce.HistoryEntry
+		kind string
+	)
+	err := row.Scan(&e.ID, &e.ChargeID, &e.MerchantID, &e.At, &kind, &e.Actor, &e.Outcome, &e.Detail, &e.Reason, &e.Forced)
+	e.Kind = chargeonce.HistoryKind(kind)
+	return e, err
+}
+
+// ChargesListStuck pages through the processing records of every merchant,
+// oldest first, with each one's newest history entry. Processing records
+// are few (the partial index on lease_until holds only them), so the scan is
+// over them, never over settled charges.
+func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListParams) (chargeonce.StuckPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.StuckPage{}, err
+	}
+	var (
+		afterAt *time.Time
+		afterID string
+	)
+	if p.After != "" {
+		var at time.Time
+		err := s.pool.QueryRow(ctx, `SELECT created_at FROM charges WHERE id = $1`, p.After).Scan(&at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge; %q is not", p.After)
+		}
+		if err != nil {
+			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
+		}
+		afterAt, afterID = &at, p.After
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT `+chargeColumnsC+`,
+	now() - c.created_at, k.recovery_attempts, k.lease_until,
+	h.id, h.charge_id, h.merchant_id, h.at, h.kind, h.actor, h.outcome, h.detail, h.reason, h.forced
+FROM idempotency_keys k
+JOIN charges c ON c.id = k.charge_id
+LEFT JOIN LATERAL (
+	SELECT * FROM charge_history hh WHERE hh.charge_id = c.id ORDER BY hh.id DESC LIMIT 1
+) h ON true
+WHERE k.state = 'processing'
+	AND ($1 = '' OR k.merchant_id = $1)
+	AND c.created_at <= now() - $2::interval
+	AND ($3::timestamptz IS NULL OR (c.created_at, c.id) > ($3, $4))
+ORDER BY c.created_at, c.id
+LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1)
+	if err != nil {
+		return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
+	}
+	defer rows.Close()
+	var page chargeonce.StuckPage
+	for rows.Next() {
+		var (
+			sc                              chargeonce.StuckCharge
+			status                          string
+			declineCode, metadata           *string
+			hID                             *int64
+			hCharge, hMerchant, hKind       *string
+			hActor, hOutcome, hDetail, hWhy *string
+			hAt                             *time.Time
+			hForced                         *bool
+		)
+		c := &sc.Charge
+		if err := rows.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
+			&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
+			&sc.Age, &sc.Attempts, &sc.NextAttempt,
+			&hID, &hCharge, &hMerchant, &hAt, &hKind, &hActor, &hOutcome, &hDetail, &hWhy, &hForced,
+		); err != nil {
+			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
+		}
+		if c.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", err)
+		}
+		c.Status = chargeonce.Status(status)
+		if declineCode != nil {
+			c.DeclineCode = *declineCode
+		}
+		if hID != nil {
+			sc.Last = &chargeonce.HistoryEntry{
+				ID: *hID, ChargeID: *hCharge, MerchantID: *hMerchant, At: *hAt,
+				Kind: chargeonce.HistoryKind(*hKind), Actor: *hActor, Outcome: *hOutcome,
+				Detail: *hDetail, Reason: *hWhy, Forced: *hForced,
+			}
+		}
+		page.Charges = append(page.Charges, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
+	}
+	if len(page.Charges) > p.Limit {
+		page.Charges, page.HasMore = page.Charges[:p.Limit], true
+	}
+	return page, nil
+}
+
+// ChargeInspect reads any merchant's charge by id with its record, if the
+// record is still there.
+func (s *Store) ChargeInspect(ctx context.Context, id string) (chargeonce.ChargeInspection, error) {
+	if !chargeonce.ValidText(id) {
+		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
+	}
+	var (
+		in          chargeonce.ChargeInspection
+		state       *string
+		attempts    *int
+		leaseUntil  *time.Time
+		status      string
+		declineCode *string
+		metadata    *string
+	)
+	c := &in.Charge
+	err := s.pool.QueryRow(ctx, `
+SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, k.state, k.recovery_attempts, k.lease_until
+FROM charges c
+LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
+WHERE c.id = $1`, id).Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
+		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
+		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
+	}
+	if err != nil {
+		return chargeonce.ChargeInspection{}, fmt.Errorf("inspecting charge: %w", translate(err))
+	}
+	if c.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+		return chargeonce.ChargeInspection{}, fmt.Errorf("inspecting charge: %w", err)
+	}
+	c.Status = chargeonce.Status(status)
+	if declineCode != nil {
+		c.DeclineCode = *declineCode
+	}
+	if state != nil {
+		in.HasRecord, in.State, in.Attempts, in.NextAttempt = true, chargeonce.KeyState(*state), *attempts, *leaseUntil
+	}
+	return in, nil
+}
+
+// ChargeHistory returns a charge's appended entries, oldest first.
+func (s *Store) ChargeHistory(ctx context.Context, chargeID string) ([]chargeonce.HistoryEntry, error) {
+	if !chargeonce.ValidText(chargeID) {
+		return []chargeonce.HistoryEntry{}, nil
+	}
+	return s.historyQuery(ctx, "reading charge history", `
+SELECT `+historyColumnsH+` FROM charge_history h WHERE h.charge_id = $1 ORDER BY h.id`, chargeID)
+}
+
+// AuditList returns resolutions, newest first.
+func (s *Store) AuditList(ctx context.Context, p chargeonce.AuditListParams) ([]chargeonce.HistoryEntry, error) {
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	return s.historyQuery(ctx, "reading the audit trail", `
+SELECT `+historyColumnsH+` FROM charge_history h
+WHERE h.kind = 'resolution' AND ($1 = 0 OR h.id < $1)
+ORDER BY h.id DESC LIMIT $2`, p.Before, p.Limit)
+}
+
+func (s *Store) historyQuery(ctx context.Context, what, sql string, args ...any) ([]chargeonce.HistoryEntry, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, translate(err))
+	}
+	defer rows.Close()
+	out := []chargeonce.HistoryEntry{}
+	for rows.Next() {
+		e, err := scanHistory(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, translate(err))
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, translate(err))
+	}
+	return out, nil
+}
+
+// historyInsertSQL appends entries given as parallel arrays, in one
+// statement; rows get ids in the arrays' order.
+const historyInsertSQL = `
+INSERT INTO charge_history (charge_id, merchant_id, kind, actor, outcome, detail, reason, forced)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[])`
+
+func historyArgs(entries []chargeonce.HistoryEntry) ([]any, error) {
+	cols := make([][]string, 7)
+	forced := make([]bool, 0, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		if err := e.CheckText(); err != nil {
+			return nil, err
+		}
+		for j, v := range []string{e.ChargeID, e.MerchantID, string(e.Kind), e.Actor, e.Outcome, e.Detail, e.Reason} {
+			cols[j] = append(cols[j], v)
+		}
+		forced = append(forced, e.Forced)
+	}
+	return []any{cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], forced}, nil
+}
+
+// HistoryAppend appends entries in one statement.
+func (s *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.HistoryEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	args, err := historyArgs(entries)
+	if err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, historyInsertSQL, args...); err != nil {
+		return fmt.Errorf("appending charge history: %w", translate(err))
+	}
+	return nil
+}
+
+// ChargeResolveClaim gives a charge's processing record to an operator's
+// resolution, whatever its lease: any attempt or recovery pass still
+// driving it loses its token, and its completion fails the compare-and-set.
+func (s *Store) ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
+	if !chargeonce.ValidText(chargeID) {
+		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", chargeID)
+	}
+	rec, _, err := scanRecord(s.pool.QueryRow(ctx, `
+WITH ch AS (
+	SELECT merchant_id, idempotency_key FROM charges WHERE id = $1
+), k AS (
+	UPDATE idempotency_keys k
+	SET token = $2, lease_until = now() + $3::interval, updated_at = now()
+	FROM ch
+	WHERE k.merchant_id = ch.merchant_id AND k.key = ch.idempotency_key AND k.charge_id = $1
+		AND k.state = 'processing'
+	RETURNING k.*
+)
+SELECT `+recordColumns+`
+FROM k JOIN charges c ON c.id = k.charge_id`, chargeID, newToken, lease))
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, ierr := s.ChargeInspect(ctx, chargeID); ierr != nil {
+			return chargeonce.KeyRecord{}, ierr
+		}
+		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is no longer processing", chargeID)
+	}
+	if err != nil {
+		return chargeonce.KeyRecord{}, fmt.Errorf("claiming a charge for resolution: %w", translate(err))
+	}
+	return rec, nil
+}
+
+// ChargeResolve runs the very statement KeyComplete runs for an attempt
+// alone (keyCompleteSQL: whatever it writes besides the record, such as the
+// queue outbox's row, it writes for a resolution too) and appends the audit
+// entry, in one transaction.
+func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) error {
+	args, err := historyArgs([]chargeonce.HistoryEntry{p.Audit})
+	if err != nil {
+		return err
+	}
+	c := p.Complete
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var n int
+		if err := tx.QueryRow(ctx, keyCompleteSQL,
+			c.MerchantID, c.Key, c.Token, c.ResponseStatus, c.ResponseBody, string(c.ChargeStatus), c.DeclineCode, c.TTL,
+		).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return staleErr(c.Key)
+		}
+		_, err := tx.Exec(ctx, historyInsertSQL, args...)
+		return err
+	})
+	if chargeonce.ErrorCode(err) == chargeonce.ESTALE {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("resolving charge: %w", translate(err))
+	}
+	return nil
+}

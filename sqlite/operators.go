@@ -1,0 +1,271 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+var _ chargeonce.OperatorStore = (*Store)(nil)
+
+// historyColumnsH are the columns scanHistory reads (charge_history "h").
+const historyColumnsH = `h.id, h.charge_id, h.merchant_id, h.at, h.kind, h.actor, h.outcome, h.detail, h.reason, h.forced`
+
+// historyRow scans historyColumnsH, all nullable (a LEFT JOIN may find none).
+type historyRow struct {
+	id                                sql.NullInt64
+	chargeID, merchantID, kind, actor sql.NullString
+	outcome, detail, reason           sql.NullString
+	at                                sql.NullInt64
+	forced                            sql.NullBool
+}
+
+func (h *historyRow) dest() []any {
+	return []any{&h.id, &h.chargeID, &h.merchantID, &h.at, &h.kind, &h.actor, &h.outcome, &h.detail, &h.reason, &h.forced}
+}
+
+func (h *historyRow) entry() *chargeonce.HistoryEntry {
+	if !h.id.Valid {
+		return nil
+	}
+	return &chargeonce.HistoryEntry{
+		ID: h.id.Int64, ChargeID: h.chargeID.String, MerchantID: h.merchantID.String,
+		At: fromMicros(h.at.Int64), Kind: chargeonce.HistoryKind(h.kind.String), Actor: h.actor.String,
+		Outcome: h.outcome.String, Detail: h.detail.String, Reason: h.reason.String, Forced: h.forced.Bool,
+	}
+}
+
+// ChargesListStuck pages through the processing records of every merchant,
+// oldest first, with each one's newest history entry. The partial index on
+// lease_until holds only processing records, which are few.
+func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListParams) (chargeonce.StuckPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.StuckPage{}, err
+	}
+	var afterAt sql.NullInt64
+	if p.After != "" {
+		err := s.rdb.QueryRowContext(ctx, `SELECT created_at FROM charges WHERE id = ?1`, p.After).Scan(&afterAt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge; %q is not", p.After)
+		}
+		if err != nil {
+			return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
+		}
+	}
+	rows, err := s.rdb.QueryContext(ctx, `
+SELECT `+chargeColumnsC+`,
+	`+nowMicros+` - c.created_at, k.recovery_attempts, k.lease_until, `+historyColumnsH+`
+FROM idempotency_keys k
+JOIN charges c ON c.id = k.charge_id
+LEFT JOIN charge_history h ON h.id = (
+	SELECT max(hh.id) FROM charge_history hh WHERE hh.charge_id = c.id)
+WHERE k.state = 'processing'
+	AND (?1 = '' OR k.merchant_id = ?1)
+	AND c.created_at <= `+nowMicros+` - ?2
+	AND (?3 IS NULL OR c.created_at > ?3 OR (c.created_at = ?3 AND c.id > ?4))
+ORDER BY c.created_at, c.id
+LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1)
+	if err != nil {
+		return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
+	}
+	defer rows.Close()
+	var page chargeonce.StuckPage
+	for rows.Next() {
+		var (
+			cr         chargeRow
+			h          historyRow
+			age, lease int64
+			attempts   int
+		)
+		dest := append(cr.dest(), &age, &attempts, &lease)
+		if err := rows.Scan(append(dest, h.dest()...)...); err != nil {
+			return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
+		}
+		page.Charges = append(page.Charges, chargeonce.StuckCharge{
+			Charge: cr.charge(), Age: time.Duration(age) * time.Microsecond,
+			Attempts: attempts, NextAttempt: fromMicros(lease), Last: h.entry(),
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
+	}
+	if len(page.Charges) > p.Limit {
+		page.Charges, page.HasMore = page.Charges[:p.Limit], true
+	}
+	return page, nil
+}
+
+// ChargeInspect reads any merchant's charge by id with its record, if the
+// record is still there.
+func (s *Store) ChargeInspect(ctx context.Context, id string) (chargeonce.ChargeInspection, error) {
+	return s.inspect(ctx, s.rdb.QueryRowContext, id)
+}
+
+func (s *Store) inspect(ctx context.Context, query func(context.Context, string, ...any) *sql.Row, id string) (chargeonce.ChargeInspection, error) {
+	if !chargeonce.ValidText(id) {
+		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
+	}
+	var (
+		in              chargeonce.ChargeInspection
+		cr              chargeRow
+		updated, age    int64
+		state           sql.NullString
+		attempts, lease sql.NullInt64
+	)
+	err := query(ctx, `
+SELECT `+chargeColumnsC+`, c.updated_at, `+nowMicros+` - c.created_at, k.state, k.recovery_attempts, k.lease_until
+FROM charges c
+LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
+WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, &lease)...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
+	}
+	if err != nil {
+		return chargeonce.ChargeInspection{}, wrap("inspecting charge", err)
+	}
+	in.Charge, in.UpdatedAt, in.Age = cr.charge(), fromMicros(updated), time.Duration(age)*time.Microsecond
+	if state.Valid {
+		in.HasRecord, in.State = true, chargeonce.KeyState(state.String)
+		in.Attempts, in.NextAttempt = int(attempts.Int64), fromMicros(lease.Int64)
+	}
+	return in, nil
+}
+
+// ChargeHistory returns a charge's appended entries, oldest first.
+func (s *Store) ChargeHistory(ctx context.Context, chargeID string) ([]chargeonce.HistoryEntry, error) {
+	return s.historyQuery(ctx, "reading charge history", `
+SELECT `+historyColumnsH+` FROM charge_history h WHERE h.charge_id = ?1 ORDER BY h.id`, chargeID)
+}
+
+// AuditList returns resolutions, newest first.
+func (s *Store) AuditList(ctx context.Context, p chargeonce.AuditListParams) ([]chargeonce.HistoryEntry, error) {
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	return s.historyQuery(ctx, "reading the audit trail", `
+SELECT `+historyColumnsH+` FROM charge_history h
+WHERE h.kind = 'resolution' AND (?1 = 0 OR h.id < ?1)
+ORDER BY h.id DESC LIMIT ?2`, p.Before, p.Limit)
+}
+
+func (s *Store) historyQuery(ctx context.Context, what, query string, args ...any) ([]chargeonce.HistoryEntry, error) {
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, wrap(what, err)
+	}
+	defer rows.Close()
+	out := []chargeonce.HistoryEntry{}
+	for rows.Next() {
+		var h historyRow
+		if err := rows.Scan(h.dest()...); err != nil {
+			return nil, wrap(what, err)
+		}
+		out = append(out, *h.entry())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(what, err)
+	}
+	return out, nil
+}
+
+// historyInsert appends entries in one statement of tx.
+func historyInsert(ctx context.Context, tx *sql.Tx, entries []chargeonce.HistoryEntry) error {
+	var (
+		sb   strings.Builder
+		args []any
+	)
+	sb.WriteString(`INSERT INTO charge_history (charge_id, merchant_id, at, kind, actor, outcome, detail, reason, forced) VALUES `)
+	for i := range entries {
+		e := &entries[i]
+		if err := e.CheckText(); err != nil {
+			return err
+		}
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "(?, ?, %s, ?, ?, ?, ?, ?, ?)", nowMicros)
+		args = append(args, e.ChargeID, e.MerchantID, string(e.Kind), e.Actor, e.Outcome, e.Detail, e.Reason, e.Forced)
+	}
+	_, err := tx.ExecContext(ctx, sb.String(), args...)
+	return err
+}
+
+// HistoryAppend appends entries in one statement.
+func (s *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.HistoryEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	for i := range entries {
+		if err := entries[i].CheckText(); err != nil {
+			return err
+		}
+	}
+	return s.write(ctx, "appending charge history", func(ctx context.Context, tx *sql.Tx) error {
+		if err := historyInsert(ctx, tx, entries); err != nil {
+			return wrap("appending charge history", err)
+		}
+		return nil
+	})
+}
+
+// ChargeResolveClaim gives a charge's processing record to an operator's
+// resolution, whatever its lease: any attempt or recovery pass still
+// driving it loses its token, and its completion fails the compare-and-set.
+func (s *Store) ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
+	if !chargeonce.ValidText(chargeID) {
+		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", chargeID)
+	}
+	var rec chargeonce.KeyRecord
+	err := s.write(ctx, "claiming a charge for resolution", func(ctx context.Context, tx *sql.Tx) error {
+		var rowid int64
+		err := tx.QueryRowContext(ctx, `
+UPDATE idempotency_keys
+SET token = ?2, lease_until = `+nowMicros+` + ?3, updated_at = `+nowMicros+`
+WHERE (merchant_id, key) = (SELECT merchant_id, idempotency_key FROM charges WHERE id = ?1)
+	AND charge_id = ?1 AND state = 'processing'
+RETURNING rowid`, chargeID, newToken, micros(lease)).Scan(&rowid)
+		if errors.Is(err, sql.ErrNoRows) {
+			if _, ierr := s.inspect(ctx, tx.QueryRowContext, chargeID); ierr != nil {
+				return ierr
+			}
+			return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is no longer processing", chargeID)
+		}
+		if err != nil {
+			return wrap("claiming a charge for resolution", err)
+		}
+		rec, _, err = scanKey(tx.QueryRowContext(ctx, sqlKeySelectRowid, rowid))
+		if err != nil {
+			return wrap("claiming a charge for resolution", err)
+		}
+		return nil
+	})
+	return rec, err
+}
+
+// ChargeResolve completes the record exactly as KeyComplete does
+// (keyCompleteTx: whatever a completion writes besides the record, such as
+// the queue outbox's row, it writes for a resolution too) and appends the
+// audit entry, in one transaction.
+func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) error {
+	if err := p.Audit.CheckText(); err != nil {
+		return err
+	}
+	q, err := s.prepared(ctx)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, "resolving charge", func(ctx context.Context, tx *sql.Tx) error {
+		if err := keyCompleteTx(ctx, tx, q, p.Complete); err != nil {
+			return err
+		}
+		if err := historyInsert(ctx, tx, []chargeonce.HistoryEntry{p.Audit}); err != nil {
+			return wrap("writing the audit entry", err)
+		}
+		return nil
+	})
+}

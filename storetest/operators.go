@@ -1,0 +1,457 @@
+package storetest
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// RunOperators runs the conformance suite of chargeonce.OperatorStore (SPEC
+// "Operators"): the stuck list, history, and resolution. newStore is as for
+// Run; the store it returns must implement chargeonce.OperatorStore.
+func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore)
+	}{
+		{"StuckListAcrossMerchants", testStuckListAcrossMerchants},
+		{"StuckListPages", testStuckListPages},
+		{"StuckListBadParams", testStuckListBadParams},
+		{"CommonPathWritesNoHistory", testCommonPathWritesNoHistory},
+		{"HistoryAppendsInOrder", testHistoryAppendsInOrder},
+		{"ResolveTakesOverAndAudits", testResolveTakesOverAndAudits},
+		{"ResolveNotProcessing", testResolveNotProcessing},
+		{"ResolveWritesOutbox", testResolveWritesOutbox},
+		{"ResolveRacesCompletion", testResolveRacesCompletion},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			o, ok := s.(chargeonce.OperatorStore)
+			if !ok {
+				t.Fatalf("%T does not implement chargeonce.OperatorStore", s)
+			}
+			tt.fn(t, s, o)
+		})
+	}
+}
+
+// stuckIDs lists every processing charge's id through pages of limit.
+func stuckIDs(t *testing.T, o chargeonce.OperatorStore, p chargeonce.StuckListParams) []string {
+	t.Helper()
+	var ids []string
+	for range 1000 {
+		page, err := o.ChargesListStuck(t.Context(), p)
+		if err != nil {
+			t.Fatalf("ChargesListStuck(%+v): %v", p, err)
+		}
+		for _, c := range page.Charges {
+			if c.Charge.Status != chargeonce.StatusProcessing {
+				t.Fatalf("stuck list holds %s, which is %s", c.Charge.ID, c.Charge.Status)
+			}
+			ids = append(ids, c.Charge.ID)
+		}
+		if !page.HasMore {
+			return ids
+		}
+		if len(page.Charges) == 0 {
+			t.Fatal("a page with has_more holds no charge")
+		}
+		p.After = page.Charges[len(page.Charges)-1].Charge.ID
+	}
+	t.Fatal("the stuck list never ended")
+	return nil
+}
+
+// oldestFirst sorts charge ids the way the stuck list orders them.
+func oldestFirst(t *testing.T, o chargeonce.OperatorStore, ids []string) []string {
+	t.Helper()
+	type ch struct {
+		id string
+		at time.Time
+	}
+	var cs []ch
+	for _, id := range ids {
+		in, err := o.ChargeInspect(t.Context(), id)
+		if err != nil {
+			t.Fatalf("ChargeInspect(%s): %v", id, err)
+		}
+		cs = append(cs, ch{id, in.Charge.CreatedAt})
+	}
+	slices.SortFunc(cs, func(a, b ch) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.id
+	}
+	return out
+}
+
+func testStuckListAcrossMerchants(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	var acme, globex []string
+	for i := range 3 {
+		p := newIntent("acme", fmt.Sprintf("a-%d", i))
+		insert(t, s, p)
+		acme = append(acme, p.Charge.ID)
+		q := newIntent("globex", fmt.Sprintf("g-%d", i))
+		insert(t, s, q)
+		globex = append(globex, q.Charge.ID)
+	}
+	// A settled charge is not stuck.
+	done := newIntent("acme", "done")
+	insert(t, s, done)
+	complete(t, s, "acme", "done", done.Token, []byte(`{}`))
+	// A charge recovery backed off: its lease lies ahead, and the list
+	// says when it is tried next and what happened last.
+	if err := s.KeyLeaseSet(t.Context(), "acme", "a-1", get(t, s, "acme", "a-1").Token, 10*time.Minute, true); err != nil {
+		t.Fatalf("KeyLeaseSet: %v", err)
+	}
+	if err := o.HistoryAppend(t.Context(), chargeonce.HistoryEntry{
+		ChargeID: acme[1], MerchantID: "acme", Kind: chargeonce.HistoryCapture, Actor: "recovery", Outcome: "error", Detail: "acquirer timed out",
+	}); err != nil {
+		t.Fatalf("HistoryAppend: %v", err)
+	}
+
+	all := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50})
+	if want := oldestFirst(t, o, append(slices.Clone(acme), globex...)); !slices.Equal(all, want) {
+		t.Fatalf("stuck list = %v, want oldest first %v", all, want)
+	}
+	if got, want := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, MerchantID: "globex"}), oldestFirst(t, o, globex); !slices.Equal(got, want) {
+		t.Fatalf("stuck list of globex = %v, want %v", got, want)
+	}
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, OlderThan: time.Hour}); len(got) != 0 {
+		t.Fatalf("stuck list older than 1h = %v, want none", got)
+	}
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, MerchantID: "acme"})
+	if err != nil {
+		t.Fatalf("ChargesListStuck: %v", err)
+	}
+	for _, c := range page.Charges {
+		if c.Age < 0 || c.Age > time.Minute {
+			t.Errorf("%s: age %v, want young", c.Charge.ID, c.Age)
+		}
+		if c.Charge.ID != acme[1] {
+			if c.Last != nil || c.Attempts != 0 {
+				t.Errorf("%s: last %+v attempts %d, want none", c.Charge.ID, c.Last, c.Attempts)
+			}
+			continue
+		}
+		if c.Attempts != 1 || time.Until(c.NextAttempt) < 5*time.Minute {
+			t.Errorf("backed-off charge: attempts %d, next attempt in %v; want 1, about 10m", c.Attempts, time.Until(c.NextAttempt))
+		}
+		if c.Last == nil || c.Last.Kind != chargeonce.HistoryCapture || c.Last.Detail != "acquirer timed out" || c.Last.At.IsZero() {
+			t.Errorf("backed-off charge: last entry %+v, want the capture error", c.Last)
+		}
+	}
+}
+
+func testStuckListPages(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	var ids []string
+	for i := range 7 {
+		p := newIntent(fmt.Sprintf("m%d", i%3), fmt.Sprintf("k-%d", i))
+		insert(t, s, p)
+		ids = append(ids, p.Charge.ID)
+	}
+	want := oldestFirst(t, o, ids)
+	for _, limit := range []int{1, 2, 3, 7, 8} {
+		if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: limit}); !slices.Equal(got, want) {
+			t.Fatalf("pages of %d = %v, want %v", limit, got, want)
+		}
+	}
+	// A cursor that was settled meanwhile still marks its place.
+	first, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 3})
+	if err != nil || len(first.Charges) != 3 || !first.HasMore {
+		t.Fatalf("first page = %+v, %v; want 3 with more", first, err)
+	}
+	last := first.Charges[2]
+	complete(t, s, last.Charge.MerchantID, last.Charge.IdempotencyKey, get(t, s, last.Charge.MerchantID, last.Charge.IdempotencyKey).Token, []byte(`{}`))
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 2, After: last.Charge.ID}); !slices.Equal(got, want[3:]) {
+		t.Fatalf("after a settled cursor = %v, want %v", got, want[3:])
+	}
+}
+
+func testStuckListBadParams(t *testing.T, _ chargeonce.Store, o chargeonce.OperatorStore) {
+	for _, tc := range []struct {
+		p     chargeonce.StuckListParams
+		field string
+	}{
+		{chargeonce.StuckListParams{Limit: 0}, "limit"},
+		{chargeonce.StuckListParams{Limit: chargeonce.StuckListMaxLimit + 1}, "limit"},
+		{chargeonce.StuckListParams{Limit: 5, OlderThan: -time.Second}, "older_than"},
+		{chargeonce.StuckListParams{Limit: 5, After: "ch_nope"}, "after"},
+	} {
+		_, err := o.ChargesListStuck(t.Context(), tc.p)
+		wantCode(t, fmt.Sprintf("ChargesListStuck(%+v)", tc.p), err, chargeonce.EINVALID)
+		if e, ok := errors.AsType[*chargeonce.Error](err); !ok || e.Field != tc.field {
+			t.Errorf("ChargesListStuck(%+v): %v, want field %q", tc.p, err, tc.field)
+		}
+	}
+}
+
+func testCommonPathWritesNoHistory(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	p := newIntent("m1", "k")
+	insert(t, s, p)
+	in, err := o.ChargeInspect(t.Context(), p.Charge.ID)
+	if err != nil || !in.HasRecord || in.State != chargeonce.KeyProcessing || in.Charge.Status != chargeonce.StatusProcessing {
+		t.Fatalf("ChargeInspect of a new charge = %+v, %v", in, err)
+	}
+	complete(t, s, "m1", "k", p.Token, []byte(`{}`))
+	in, err = o.ChargeInspect(t.Context(), p.Charge.ID)
+	if err != nil {
+		t.Fatalf("ChargeInspect: %v", err)
+	}
+	checkCharge(t, "ChargeInspect", in.Charge, p.Charge, chargeonce.StatusCaptured, "")
+	if !in.HasRecord || in.State != chargeonce.KeyCompleted || in.UpdatedAt.Before(in.Charge.CreatedAt) {
+		t.Fatalf("ChargeInspect of a settled charge = %+v", in)
+	}
+	h, err := o.ChargeHistory(t.Context(), p.Charge.ID)
+	if err != nil || len(h) != 0 {
+		t.Fatalf("history of a charge on the common path = %+v, %v; want no rows", h, err)
+	}
+	a, err := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10})
+	if err != nil || len(a) != 0 {
+		t.Fatalf("audit trail = %+v, %v; want empty", a, err)
+	}
+	_, err = o.ChargeInspect(t.Context(), "ch_nope")
+	wantCode(t, "ChargeInspect(unknown)", err, chargeonce.ENOTFOUND)
+}
+
+func testHistoryAppendsInOrder(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	p, other := newIntent("m1", "k"), newIntent("m2", "k")
+	insert(t, s, p)
+	insert(t, s, other)
+	entries := []chargeonce.HistoryEntry{
+		{ChargeID: p.Charge.ID, MerchantID: "m1", Kind: chargeonce.HistoryRecoveryClaim, Actor: "recovery"},
+		{ChargeID: p.Charge.ID, MerchantID: "m1", Kind: chargeonce.HistoryLookup, Actor: "recovery", Outcome: "unsure", Detail: "search lags ✓"},
+		{ChargeID: other.Charge.ID, MerchantID: "m2", Kind: chargeonce.HistoryLookup, Actor: "recovery", Outcome: "safe-to-send"},
+	}
+	if err := o.HistoryAppend(t.Context(), entries...); err != nil {
+		t.Fatalf("HistoryAppend: %v", err)
+	}
+	if err := o.HistoryAppend(t.Context(), chargeonce.HistoryEntry{
+		ChargeID: p.Charge.ID, MerchantID: "m1", Kind: chargeonce.HistoryCapture, Actor: "recovery", Outcome: "error", Detail: "EOF",
+	}); err != nil {
+		t.Fatalf("HistoryAppend: %v", err)
+	}
+	h, err := o.ChargeHistory(t.Context(), p.Charge.ID)
+	if err != nil {
+		t.Fatalf("ChargeHistory: %v", err)
+	}
+	kinds := []chargeonce.HistoryKind{}
+	for i, e := range h {
+		kinds = append(kinds, e.Kind)
+		if e.ChargeID != p.Charge.ID || e.At.IsZero() || e.ID == 0 || (i > 0 && e.ID <= h[i-1].ID) {
+			t.Fatalf("entry %d = %+v", i, e)
+		}
+	}
+	if want := []chargeonce.HistoryKind{chargeonce.HistoryRecoveryClaim, chargeonce.HistoryLookup, chargeonce.HistoryCapture}; !slices.Equal(kinds, want) {
+		t.Fatalf("history kinds = %v, want %v", kinds, want)
+	}
+	if h[1].Detail != "search lags ✓" || h[1].Outcome != "unsure" || h[2].Detail != "EOF" {
+		t.Fatalf("entries lost their text: %+v", h)
+	}
+	err = o.HistoryAppend(t.Context(), chargeonce.HistoryEntry{ChargeID: p.Charge.ID, MerchantID: "m1", Kind: "lookup", Actor: "x", Detail: "nul\x00"})
+	wantCode(t, "HistoryAppend(NUL)", err, chargeonce.EINVALID)
+}
+
+// resolveParams settles rec's charge as an operator named admin decided.
+func resolveParams(rec chargeonce.KeyRecord, token string, status chargeonce.Status, admin string) chargeonce.ResolveParams {
+	code, respStatus := "", 201
+	if status == chargeonce.StatusDeclined {
+		code, respStatus = "operator_declined", 402
+	}
+	return chargeonce.ResolveParams{
+		Complete: chargeonce.KeyCompleteParams{
+			MerchantID: rec.MerchantID, Key: rec.Key, Token: token,
+			ChargeStatus: status, DeclineCode: code, ResponseStatus: respStatus,
+			ResponseBody: []byte(`{"id":"` + rec.Charge.ID + `","status":"` + string(status) + `"}`), TTL: longTTL,
+		},
+		Audit: chargeonce.HistoryEntry{
+			ChargeID: rec.Charge.ID, MerchantID: rec.MerchantID, Kind: chargeonce.HistoryResolution,
+			Actor: "admin:" + admin, Outcome: string(status), Detail: "unsure: capture under way", Reason: "the acquirer's support confirmed it",
+		},
+	}
+}
+
+func testResolveTakesOverAndAudits(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	p := newIntent("m1", "k")
+	insert(t, s, p) // its lease runs for an hour: an attempt is "in flight"
+	rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_operator", time.Minute)
+	if err != nil {
+		t.Fatalf("ChargeResolveClaim: %v", err)
+	}
+	if rec.Token != "tok_operator" || rec.Key != "k" || rec.MerchantID != "m1" || rec.Charge.ID != p.Charge.ID || rec.State != chargeonce.KeyProcessing {
+		t.Fatalf("claimed record = %+v", rec)
+	}
+	// The attempt in flight lost its token: its completion is refused.
+	err = s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: "m1", Key: "k", Token: p.Token,
+		ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte(`{}`), TTL: longTTL})
+	wantCode(t, "KeyComplete by the old token", err, chargeonce.ESTALE)
+
+	rp := resolveParams(rec, "tok_operator", chargeonce.StatusDeclined, "alice")
+	if err := o.ChargeResolve(t.Context(), rp); err != nil {
+		t.Fatalf("ChargeResolve: %v", err)
+	}
+	got := get(t, s, "m1", "k")
+	if got.State != chargeonce.KeyCompleted || got.ResponseStatus != 402 || !bytes.Equal(got.ResponseBody, rp.Complete.ResponseBody) || got.ExpiresAt.IsZero() {
+		t.Fatalf("resolved record = %+v", got)
+	}
+	checkCharge(t, "resolved charge", got.Charge, p.Charge, chargeonce.StatusDeclined, "operator_declined")
+	audit, err := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10})
+	if err != nil || len(audit) != 1 {
+		t.Fatalf("audit trail = %+v, %v; want one entry", audit, err)
+	}
+	a := audit[0]
+	if a.Actor != "admin:alice" || a.Reason != rp.Audit.Reason || a.Detail != rp.Audit.Detail || a.Outcome != "declined" || a.ChargeID != p.Charge.ID || a.At.IsZero() {
+		t.Fatalf("audit entry = %+v", a)
+	}
+	h, err := o.ChargeHistory(t.Context(), p.Charge.ID)
+	if err != nil || len(h) != 1 || h[0].ID != a.ID {
+		t.Fatalf("history = %+v, %v; want the resolution", h, err)
+	}
+	// Resolving again: not processing, and nothing more is written.
+	_, err = o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_again", time.Minute)
+	wantCode(t, "ChargeResolveClaim of a resolved charge", err, chargeonce.ENOTPROCESSING)
+	err = o.ChargeResolve(t.Context(), rp)
+	wantCode(t, "ChargeResolve again", err, chargeonce.ESTALE)
+	if audit, _ := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10}); len(audit) != 1 {
+		t.Fatalf("audit trail after a refused resolution holds %d entries, want 1", len(audit))
+	}
+	// Pages of the trail.
+	if audit, _ := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10, Before: a.ID}); len(audit) != 0 {
+		t.Fatalf("audit trail before the first entry = %+v", audit)
+	}
+}
+
+func testResolveNotProcessing(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	_, err := o.ChargeResolveClaim(t.Context(), "ch_nope", "tok", time.Minute)
+	wantCode(t, "ChargeResolveClaim(unknown)", err, chargeonce.ENOTFOUND)
+	p := newIntent("m1", "k")
+	insert(t, s, p)
+	complete(t, s, "m1", "k", p.Token, []byte(`{"settled":"by the attempt"}`))
+	_, err = o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok", time.Minute)
+	wantCode(t, "ChargeResolveClaim(settled)", err, chargeonce.ENOTPROCESSING)
+	// A stale resolution writes no audit entry.
+	err = o.ChargeResolve(t.Context(), resolveParams(chargeonce.KeyRecord{MerchantID: "m1", Key: "k", Charge: p.Charge}, "tok", chargeonce.StatusDeclined, "bob"))
+	wantCode(t, "ChargeResolve(settled)", err, chargeonce.ESTALE)
+	if h, err := o.ChargeHistory(t.Context(), p.Charge.ID); err != nil || len(h) != 0 {
+		t.Fatalf("history after a stale resolution = %+v, %v; want none", h, err)
+	}
+	if got := get(t, s, "m1", "k"); string(got.ResponseBody) != `{"settled":"by the attempt"}` {
+		t.Fatalf("the stale resolution changed the answer: %s", got.ResponseBody)
+	}
+}
+
+func testResolveWritesOutbox(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	p := newIntent("m1", "queued")
+	insert(t, s, p)
+	if !notify(t, s, "m1", "queued") {
+		t.Fatal("KeyNotify: flagged=false")
+	}
+	rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_op", time.Minute)
+	if err != nil {
+		t.Fatalf("ChargeResolveClaim: %v", err)
+	}
+	rp := resolveParams(rec, "tok_op", chargeonce.StatusCaptured, "carol")
+	if err := o.ChargeResolve(t.Context(), rp); err != nil {
+		t.Fatalf("ChargeResolve: %v", err)
+	}
+	es := claimAll(t, s, longLease)
+	if len(es) != 1 || es[0].Key != "queued" || es[0].ResponseStatus != 201 || !bytes.Equal(es[0].ResponseBody, rp.Complete.ResponseBody) {
+		t.Fatalf("outbox after a resolution = %+v; want the resolved answer once", es)
+	}
+}
+
+// testResolveRacesCompletion races, for each of 20 processing records, an
+// operator's claim and resolution against recovery's claim and completion:
+// exactly one of them settles each record, and there is one audit entry per
+// resolution that succeeded.
+func testResolveRacesCompletion(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	const n = 20
+	var recs []chargeonce.KeyInsertParams
+	for i := range n {
+		p := newIntent("m1", fmt.Sprintf("race-%d", i))
+		p.Lease = 0 // orphaned at once: recovery may claim it
+		insert(t, s, p)
+		recs = append(recs, p)
+	}
+	var (
+		resolved, recovered atomic.Int64
+		wg                  sync.WaitGroup
+		start               = make(chan struct{})
+	)
+	// Recovery claims the oldest leases first; the operator works from the
+	// newest, so the two meet in the middle.
+	for i, p := range slices.Backward(recs) {
+		wg.Go(func() {
+			<-start
+			time.Sleep(time.Duration(i%4) * 5 * time.Millisecond) // spread the operator's clicks
+			tok := "tok_op_" + randHex(4)
+			rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, tok, time.Minute)
+			if chargeonce.ErrorCode(err) == chargeonce.ENOTPROCESSING {
+				return
+			}
+			if err != nil {
+				t.Errorf("ChargeResolveClaim: %v", err)
+				return
+			}
+			err = o.ChargeResolve(t.Context(), resolveParams(rec, tok, chargeonce.StatusCaptured, "dave"))
+			switch {
+			case err == nil:
+				resolved.Add(1)
+			case chargeonce.ErrorCode(err) != chargeonce.ESTALE:
+				t.Errorf("ChargeResolve: %v", err)
+			}
+		})
+	}
+	for range 4 {
+		wg.Go(func() {
+			<-start
+			for range n {
+				claimed, err := s.KeysClaimExpired(t.Context(), time.Minute, 3)
+				if err != nil {
+					t.Errorf("KeysClaimExpired: %v", err)
+					return
+				}
+				for _, rec := range claimed {
+					err := s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: rec.MerchantID, Key: rec.Key, Token: rec.Token,
+						ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte(`{"by":"recovery"}`), TTL: longTTL})
+					switch {
+					case err == nil:
+						recovered.Add(1)
+					case chargeonce.ErrorCode(err) != chargeonce.ESTALE:
+						t.Errorf("KeyComplete: %v", err)
+					}
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := resolved.Load() + recovered.Load(); got != n {
+		t.Fatalf("%d resolved + %d recovered = %d settlements of %d records, want exactly %d", resolved.Load(), recovered.Load(), got, n, n)
+	}
+	audit, err := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: chargeonce.StuckListMaxLimit})
+	if err != nil || int64(len(audit)) != resolved.Load() {
+		t.Fatalf("audit trail holds %d entries (%v), want one per resolution: %d", len(audit), err, resolved.Load())
+	}
+	for _, p := range recs {
+		if rec := get(t, s, "m1", p.Charge.IdempotencyKey); rec.State != chargeonce.KeyCompleted || rec.Charge.Status != chargeonce.StatusCaptured {
+			t.Fatalf("record %s = %s/%s after the race", p.Charge.IdempotencyKey, rec.State, rec.Charge.Status)
+		}
+	}
+	t.Logf("%d records: %d settled by resolutions, %d by recovery, %d audit entries", n, resolved.Load(), recovered.Load(), len(audit))
+}
