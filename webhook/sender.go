@@ -168,8 +168,9 @@ func (s *Sender) Start(ctx context.Context) {
 	}()
 }
 
-// Stop ends the sender and waits for deliveries in flight; those cut short
-// are not recorded and are sent again once their lease ends.
+// Stop ends the sender and waits for the deliveries in flight to finish
+// (DeliveryTimeout at most). A sender that dies instead leaves its claims
+// to end with their lease; the deliveries are then sent again.
 func (s *Sender) Stop() {
 	if s.cancel == nil {
 		return
@@ -178,12 +179,19 @@ func (s *Sender) Stop() {
 	<-s.done
 }
 
-// RunOnce claims what is due now, delivers it and returns how many
-// deliveries it made. Tests call it directly.
+// RunOnce delivers what is due, round after round (each bounded by
+// Workers and PerMerchant), until a round finds nothing, and returns how
+// many deliveries it made. Tests call it directly.
 func (s *Sender) RunOnce(ctx context.Context) int {
-	n := s.dispatch(ctx)
-	s.wg.Wait()
-	return n
+	total := 0
+	for {
+		n := s.dispatch(ctx)
+		s.wg.Wait()
+		if n == 0 {
+			return total
+		}
+		total += n
+	}
 }
 
 func (s *Sender) reportStats(ctx context.Context) {
@@ -228,10 +236,14 @@ func (s *Sender) dispatch(ctx context.Context) int {
 		s.total++
 	}
 	s.mu.Unlock()
+	// A delivery under way finishes, and is recorded, even when the sender
+	// stops meanwhile (Stop waits for it, DeliveryTimeout at most): a
+	// delivery cut short would hold its claim until the lease ends.
+	dctx := context.WithoutCancel(ctx)
 	for _, d := range ds {
 		s.wg.Go(func() {
 			defer s.release(d.Event.MerchantID)
-			s.deliver(ctx, d)
+			s.deliver(dctx, d)
 		})
 	}
 	return len(ds)
@@ -281,10 +293,7 @@ func (s *Sender) deliver(ctx context.Context, d chargeonce.WebhookDelivery) {
 		return
 	}
 	o := s.attempt(ctx, d, body)
-	if ctx.Err() != nil {
-		return // shutting down: not an attempt of the receiver's; sent again later
-	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	disabled, err := s.store.WebhookDeliveryFinish(wctx, d, o)
 	if s.o.Observer != nil {

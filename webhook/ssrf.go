@@ -33,10 +33,10 @@ func CheckAddr(ip netip.Addr, allowPrivate bool) error {
 		class = "loopback"
 	case ip.IsPrivate():
 		class = "private"
-	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
-		class = "link-local"
-	case ip.IsMulticast(), ip.IsInterfaceLocalMulticast():
+	case ip.IsMulticast():
 		class = "multicast"
+	case ip.IsLinkLocalUnicast():
+		class = "link-local"
 	case ip.IsUnspecified():
 		class = "unspecified"
 	case !ip.IsValid():
