@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -264,7 +265,7 @@ func testWebhookFinishRetryAndStale(t *testing.T, s chargeonce.Store) {
 		t.Fatalf("a delivery due in an hour was claimed now: %+v", ds)
 	}
 	_, attempts, err := s.WebhookEventGet(t.Context(), "m1", d.Event.ID)
-	if err != nil || len(attempts) != 2 || attempts[0].StatusCode != 200 || attempts[1].StatusCode != 500 ||
+	if err != nil || len(attempts) != 2 || attempts[0].StatusCode != http.StatusOK || attempts[1].StatusCode != http.StatusInternalServerError ||
 		attempts[1].Latency != 2*time.Millisecond || attempts[1].EndpointID != d.Endpoint.ID {
 		t.Fatalf("WebhookEventGet attempts = %+v, %v", attempts, err)
 	}
@@ -274,7 +275,7 @@ func testWebhookFinishRetryAndStale(t *testing.T, s chargeonce.Store) {
 }
 
 func testWebhookDisable(t *testing.T, s chargeonce.Store) {
-	gone := addEndpoint(t, s, "m1")
+	addEndpoint(t, s, "m1")
 	settle(t, s, "m1", "k1")
 	settle(t, s, "m1", "k2")
 	ds := claimDeliveries(t, s, longLease)
@@ -323,7 +324,6 @@ func testWebhookDisable(t *testing.T, s chargeonce.Store) {
 	if !fail() {
 		t.Fatal("a failure past DisableAfter did not disable the endpoint")
 	}
-	_ = gone
 }
 
 func testWebhookEndpointsCRUD(t *testing.T, s chargeonce.Store) {

@@ -200,14 +200,12 @@ func TestDeliverSigned(t *testing.T) {
 		if err != nil {
 			t.Fatalf("webhook.Verify: %v", err)
 		}
-		var obj chargeonce.Charge
 		var raw map[string]any
 		_ = json.Unmarshal(ev.Data.Object, &raw)
 		ch, ok := charges[raw["id"].(string)]
 		if !ok {
 			t.Fatalf("event %s for an unknown charge: %s", ev.ID, d.body)
 		}
-		_ = obj
 		if want := engine.EncodeCharge(&ch); !bytes.Equal(ev.Data.Object, want) {
 			t.Fatalf("data.object = %s, want %s", ev.Data.Object, want)
 		}
@@ -253,6 +251,10 @@ func TestRetriesThenSucceeds(t *testing.T) {
 	if gap := ds[3].at.Sub(ds[2].at); gap < 250*time.Millisecond {
 		t.Fatalf("third retry came %s after the second, want the scaled 30 min step (>= 288 ms)", gap)
 	}
+	eventually(t, 10*time.Second, "the fourth attempt recorded", func() bool {
+		_, as, err := f.store.WebhookEventGet(t.Context(), "demo", "evt_"+ch.ID[3:])
+		return err == nil && len(as) >= 4
+	})
 	_, attempts, err := f.store.WebhookEventGet(t.Context(), "demo", "evt_"+ch.ID[3:])
 	if err != nil || len(attempts) != 4 || attempts[3].StatusCode != 200 || attempts[0].StatusCode != 500 {
 		t.Fatalf("attempts = %+v, %v", attempts, err)
@@ -464,9 +466,8 @@ func TestReceiverDownAcrossRestart(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	secret := ""
 	e := f.endpoint(t, "demo", "http://"+addr+"/hook")
-	secret = e.Secret
+	secret := e.Secret
 	ch := f.settle(t, "demo", chargeonce.StatusCaptured)
 	s1 := f.sender(t, webhook.SenderOptions{})
 	s1.Start(t.Context())
@@ -489,6 +490,11 @@ func TestReceiverDownAcrossRestart(t *testing.T) {
 	s2.Start(t.Context())
 	defer s2.Stop()
 	eventually(t, 30*time.Second, "delivery after the restart", func() bool { return len(r.deliveries()) == 1 })
+	// The attempt is recorded once the receiver has answered.
+	eventually(t, 10*time.Second, "the 2xx recorded", func() bool {
+		_, as, err := f.store.WebhookEventGet(t.Context(), "demo", evID)
+		return err == nil && as[len(as)-1].StatusCode == 200
+	})
 	_, as, err := f.store.WebhookEventGet(t.Context(), "demo", evID)
 	if err != nil || as[0].StatusCode != 0 || as[0].Error == "" || as[len(as)-1].StatusCode != 200 {
 		t.Fatalf("attempts %+v, %v", as, err)
