@@ -204,6 +204,8 @@ type Store interface {
 
 	// Outbox holds the results of queue intents until they are published.
 	Outbox
+	// Webhooks holds endpoints, settlement events and their deliveries.
+	Webhooks
 }
 
 // CaptureRequest is what chargeonce sends the acquirer.

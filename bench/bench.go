@@ -80,8 +80,12 @@ const (
 )
 
 // merchant is the one merchant the benchmark charges for; children get an
-// API key for it.
-const merchant = "bench"
+// API key for it. webhooksMerchant is the merchant of the webhooks way, the
+// only one with a webhook endpoint.
+const (
+	merchant         = "bench"
+	webhooksMerchant = "bench-webhooks"
+)
 
 // Config configures Run. Each field mirrors a flag of `chargeonce bench`,
 // and errors name the flag.
@@ -117,6 +121,10 @@ type Config struct {
 	// Preload is how many keys the preloaded comparison puts in the table
 	// before measuring new against an empty table; 0 skips it.
 	Preload int
+	// Webhooks adds the way chargeonce+webhooks: a second chargeonce whose
+	// merchant has a webhook endpoint on loopback, so every settlement
+	// writes its event and the instance delivers it (--webhooks).
+	Webhooks bool
 	// ProfileDir, when set, receives CPU profiles of the chargeonce and
 	// bare-http servers under the new and replay workloads at RatioClients,
 	// taken in extra unmeasured runs.
@@ -274,6 +282,7 @@ type bench struct {
 	parent   *parentStore
 	children []*child
 	ways     []*way
+	webhooks *webhookReceiver
 
 	replayKeys []string
 
@@ -321,6 +330,7 @@ func (b *bench) cleanup() error {
 }
 
 func (b *bench) stopChildren() {
+	b.webhooks.close()
 	for _, c := range b.children {
 		c.stop()
 	}

@@ -46,7 +46,7 @@ type ServeFunc func(ctx context.Context, args []string) error
 // ServeBare. With --pprof the child also serves net/http/pprof on that
 // address, so that the parent can take CPU profiles of it.
 func Child(ctx context.Context, args []string, serve ServeFunc, stderr io.Writer) error {
-	var kind, addr, db, apiKey, pprofAddr string
+	var kind, addr, db, apiKey, pprofAddr, webhooks string
 	fs := flag.NewFlagSet("bench child", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&kind, "kind", "", "chargeonce or bare")
@@ -54,6 +54,7 @@ func Child(ctx context.Context, args []string, serve ServeFunc, stderr io.Writer
 	fs.StringVar(&db, "db", "", "database")
 	fs.StringVar(&apiKey, "api-key", "", "the benchmark merchant's API key")
 	fs.StringVar(&pprofAddr, "pprof", "", "address to serve net/http/pprof on")
+	fs.StringVar(&webhooks, "webhooks", "", "on: serve the webhooks merchant and deliver to loopback; off: deliver nothing (another way's events)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,13 +74,22 @@ func Child(ctx context.Context, args []string, serve ServeFunc, stderr io.Writer
 		if apiKey == "" {
 			return errors.New("bench child: --api-key is required")
 		}
-		return serve(ctx, []string{
-			"--addr", addr, "--db", db, "--api-keys", merchant + ":" + apiKey,
+		m := merchant
+		var extra []string
+		switch webhooks {
+		case "on":
+			m, extra = webhooksMerchant, []string{"--webhooks-allow-private"}
+		case "off":
+			// Leave the webhooks way's deliveries to its own instance.
+			extra = []string{"--webhooks-every", "1000h"}
+		}
+		return serve(ctx, append([]string{
+			"--addr", addr, "--db", db, "--api-keys", m + ":" + apiKey,
 			"--acquirer", "sim", "--latency", "0s", "--log-level", "warn",
 			// The benchmark measures what the instance can do, not one
 			// merchant's allowance; the limiter stays on the path.
 			"--merchant-rate", "1000000/s", "--merchant-burst", "1000000",
-		})
+		}, extra...))
 	case kindBare:
 		return ServeBare(ctx, addr, db, log)
 	case kindMinimal:
@@ -151,6 +161,12 @@ func (b *bench) start(ctx context.Context, name, kind, db string) (*child, error
 		return nil, err
 	}
 	args := []string{"--kind", kind, "--addr", addr, "--db", db, "--api-key", b.secret}
+	switch {
+	case name == wayWebhooks:
+		args = append(args, "--webhooks", "on")
+	case kind == kindChargeonce && b.cfg.Webhooks:
+		args = append(args, "--webhooks", "off")
+	}
 	var pprofAddr string
 	if b.cfg.ProfileDir != "" {
 		if pprofAddr, err = freeAddr(ctx); err != nil {

@@ -212,6 +212,11 @@ func (b *bench) setup(ctx context.Context) error {
 		{name: wayRaw, newClient: func() client { return rawClient{c} }},
 		{name: wayMinimal, server: minimal, noReplay: true, newClient: func() client { return newHTTPClient(minimal.addr, b.secret) }},
 	}
+	if b.cfg.Webhooks {
+		if err := b.setupWebhooks(ctx, db); err != nil {
+			return err
+		}
+	}
 	if containsString(b.cfg.Workloads, WorkloadReplay) {
 		return b.seedReplayKeys(ctx)
 	}

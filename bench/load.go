@@ -35,6 +35,10 @@ const (
 	wayBare       = "bare-http"
 	wayRaw        = "raw-sql"
 	wayMinimal    = "minimal"
+	// wayWebhooks is chargeonce serving a merchant with a webhook
+	// endpoint (--webhooks): every settlement writes an event and the
+	// instance delivers it.
+	wayWebhooks = "chargeonce+webhooks"
 )
 
 // way is one of the three ways: it makes clients.

@@ -99,6 +99,7 @@ func (b *bench) report() {
 	_ = tw.Flush()
 
 	b.reportCost(w)
+	b.reportWebhooks(w)
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "peak RSS of the server processes (VmHWM), per concurrency:")

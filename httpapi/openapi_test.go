@@ -394,6 +394,40 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 		want(c.exchange(base, m, "/v1/charges/{id}", "/v1/charges/"+ch.ID, nil, nil, false), 405, m+" /v1/charges/{id}")
 	}
 
+	// Webhook endpoints and events.
+	ep := c.exchange(base, "POST", "/v1/webhook_endpoints", "/v1/webhook_endpoints",
+		[]byte(`{"url":"https://hooks.example.com/chargeonce","description":"orders"}`), nil, true)
+	want(ep, 201, "create a webhook endpoint")
+	var endpoint struct{ ID, Secret string }
+	if err := json.Unmarshal(ep.Body, &endpoint); err != nil || endpoint.ID == "" || endpoint.Secret == "" {
+		t.Fatalf("created endpoint %s: %v", ep.Body, err)
+	}
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints", "/v1/webhook_endpoints",
+		[]byte(`{"url":"http://169.254.169.254/latest"}`), nil, true), 400, "an endpoint at the metadata address")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints", "/v1/webhook_endpoints",
+		[]byte(`{"url":"https://a.example.com","description":"x"}`), map[string]string{"Authorization": ""}, false), 401, "create an endpoint without a key")
+	want(c.exchange(base, "GET", "/v1/webhook_endpoints", "/v1/webhook_endpoints", nil, nil, true), 200, "list endpoints")
+	want(c.exchange(base, "GET", "/v1/webhook_endpoints", "/v1/webhook_endpoints", nil, map[string]string{"Authorization": ""}, false), 401, "list endpoints without a key")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/rotate_secret", "/v1/webhook_endpoints/"+endpoint.ID+"/rotate_secret", nil, nil, true), 200, "rotate a secret")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/rotate_secret", "/v1/webhook_endpoints/we_nope/rotate_secret", nil, nil, true), 404, "rotate no endpoint")
+	settled := post(key("evented"), chargeBody(orderSeq.Add(1), "tok_ok"), nil, true)
+	want(settled, 201, "a charge settled with an endpoint")
+	var evCharge struct{ ID string }
+	_ = json.Unmarshal(settled.Body, &evCharge)
+	evs := c.exchange(base, "GET", "/v1/events", "/v1/events?charge_id="+evCharge.ID, nil, nil, true)
+	want(evs, 200, "list a charge's events")
+	var evPage struct{ Data []struct{ ID string } }
+	if err := json.Unmarshal(evs.Body, &evPage); err != nil || len(evPage.Data) != 1 {
+		t.Fatalf("events of charge %s: %s (%v), want one", evCharge.ID, evs.Body, err)
+	}
+	want(c.exchange(base, "GET", "/v1/events", "/v1/events?limit=0", nil, nil, false), 400, "list events with limit 0")
+	want(c.exchange(base, "GET", "/v1/events/{id}", "/v1/events/"+evPage.Data[0].ID, nil, nil, true), 200, "get an event")
+	want(c.exchange(base, "GET", "/v1/events/{id}", "/v1/events/evt_00", nil, nil, true), 404, "get no event")
+	want(c.exchange(base, "POST", "/v1/events/{id}/redeliver", "/v1/events/"+evPage.Data[0].ID+"/redeliver", nil, nil, true), 202, "redeliver an event")
+	want(c.exchange(base, "POST", "/v1/events/{id}/redeliver", "/v1/events/evt_00/redeliver", nil, nil, true), 404, "redeliver no event")
+	want(c.exchange(base, "DELETE", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, nil, nil, true), 204, "delete an endpoint")
+	want(c.exchange(base, "DELETE", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, nil, nil, true), 404, "delete it again")
+
 	// Operations.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"} {
 		want(c.exchange(base, "GET", p, p, nil, map[string]string{"Authorization": ""}, true), 200, p)

@@ -28,6 +28,8 @@ type Server struct {
 	outcomes OutcomeObserver
 	rejected RejectionObserver
 	mux      *http.ServeMux
+	// webhooksAllowPrivate lets endpoints be http:// and private addresses.
+	webhooksAllowPrivate bool
 }
 
 // OutcomeObserver is told the answer to every charge attempt the engine
@@ -52,11 +54,15 @@ type Config struct {
 	// Rejections, when set, is told every request refused as the client's
 	// mistake or over its rate (see RejectionObserver).
 	Rejections RejectionObserver
+	// WebhooksAllowPrivate accepts webhook endpoint URLs that are http://
+	// or name private addresses (--webhooks-allow-private).
+	WebhooksAllowPrivate bool
 }
 
 // New returns a Server.
 func New(cfg Config) *Server {
-	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux()}
+	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux(),
+		webhooksAllowPrivate: cfg.WebhooksAllowPrivate}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -65,6 +71,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/charges/{id}", s.handleGetCharge)
 	s.mux.HandleFunc("/v1/charges", s.methodNotAllowed)
 	s.mux.HandleFunc("/v1/charges/{id}", s.methodNotAllowed)
+	s.routeWebhooks()
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
 	s.mux.HandleFunc("GET /openapi.yaml", handleOpenAPI)

@@ -31,6 +31,7 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ResolveNotProcessing", testResolveNotProcessing},
 		{"ResolveWritesOutbox", testResolveWritesOutbox},
 		{"ResolveRacesCompletion", testResolveRacesCompletion},
+		{"ResolveWritesOneWebhookEvent", testResolveWritesOneWebhookEvent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -372,6 +373,28 @@ func testResolveWritesOutbox(t *testing.T, s chargeonce.Store, o chargeonce.Oper
 	es := claimAll(t, s, longLease)
 	if len(es) != 1 || es[0].Key != "queued" || es[0].ResponseStatus != 201 || !bytes.Equal(es[0].ResponseBody, rp.Complete.ResponseBody) {
 		t.Fatalf("outbox after a resolution = %+v; want the resolved answer once", es)
+	}
+}
+
+// testResolveWritesOneWebhookEvent: an operator's resolution is a
+// settlement like any other, so a merchant with an endpoint gets its one
+// event, in the resolving transaction; a refused second resolution adds none.
+func testResolveWritesOneWebhookEvent(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	addEndpoint(t, s, "m1")
+	p := newIntent("m1", "stuck")
+	insert(t, s, p)
+	rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_op", time.Minute)
+	if err != nil {
+		t.Fatalf("ChargeResolveClaim: %v", err)
+	}
+	rp := resolveParams(rec, "tok_op", chargeonce.StatusDeclined, "dave")
+	if err := o.ChargeResolve(t.Context(), rp); err != nil {
+		t.Fatalf("ChargeResolve: %v", err)
+	}
+	wantCode(t, "ChargeResolve again", o.ChargeResolve(t.Context(), rp), chargeonce.ESTALE)
+	es := events(t, s, "m1")
+	if len(es) != 1 || es[0].ChargeID != p.Charge.ID || es[0].Type != "charge.declined" {
+		t.Fatalf("events after a resolution = %+v; want one charge.declined for %s", es, p.Charge.ID)
 	}
 }
 

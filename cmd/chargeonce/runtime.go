@@ -22,6 +22,7 @@ import (
 	"github.com/chargeonce/chargeonce/replaycache"
 	"github.com/chargeonce/chargeonce/sqlite"
 	"github.com/chargeonce/chargeonce/tracing"
+	"github.com/chargeonce/chargeonce/webhook"
 )
 
 // runtimeFlags are the flags of the long-running commands, serve and worker:
@@ -39,7 +40,15 @@ type runtimeFlags struct {
 	perSecond               float64 // merchantRate, parsed by logger
 	// tracing, when set (not a flag: OTEL_EXPORTER_OTLP_ENDPOINT), traces
 	// the store, the acquirer and the engine's calls to both.
-	tracing *tracing.Tracing
+	tracing  *tracing.Tracing
+	webhooks webhookFlags
+}
+
+// webhookFlags configure the webhook sender every serve and worker runs.
+type webhookFlags struct {
+	allowPrivate bool
+	scale        float64
+	every        time.Duration
 }
 
 func (f *runtimeFlags) register(fs *flag.FlagSet) {
@@ -54,6 +63,9 @@ func (f *runtimeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.admissionWait, "admission-wait", engine.DefaultAdmissionWait, "how long a new charge waits for a free acquirer slot before it is refused with 503 overloaded (429 rate-limited when its merchant holds its share of the slots)")
 	fs.StringVar(&f.merchantRate, "merchant-rate", strconv.Itoa(engine.DefaultMerchantRate)+"/s", "charge attempts (replays included) one merchant may start per second on this instance, as N, N/s, N/m or N/h; the excess is refused with 429 rate-limited. The API keys file may give a merchant its own (see README)")
 	fs.IntVar(&f.merchantBurst, "merchant-burst", engine.DefaultMerchantBurst, "how many attempts past --merchant-rate one merchant may start at once (the token bucket's size)")
+	fs.BoolVar(&f.webhooks.allowPrivate, "webhooks-allow-private", false, "let webhook endpoints be http:// and reach loopback, private and link-local addresses (local development and tests only: it opens server-side request forgery)")
+	fs.Float64Var(&f.webhooks.scale, "webhooks-schedule-scale", 1, "multiply the webhook retry schedule (5s … 24h) and the 3 days after which a failing endpoint is disabled by this factor (tests shrink it)")
+	fs.DurationVar(&f.webhooks.every, "webhooks-every", webhook.DefaultEvery, "how often the webhook sender looks for due deliveries when idle")
 }
 
 // logger validates the flags and returns the logger they ask for. Bad values
@@ -100,12 +112,19 @@ type runtime struct {
 	metrics  *metrics.Metrics
 	rescuer  *recovery.Rescuer
 	sweeper  *recovery.Sweeper
+	sender   *webhook.Sender
 }
 
 // open builds the runtime the flags describe, with merchantRates (from the
 // API keys) overriding --merchant-rate for some merchants. Close it when
 // done.
 func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates map[string]engine.Rate) (*runtime, error) {
+	if f.webhooks.scale <= 0 || f.webhooks.scale > 1 {
+		return nil, fmt.Errorf("--webhooks-schedule-scale must be above 0 and at most 1; got %g", f.webhooks.scale)
+	}
+	if f.webhooks.every <= 0 {
+		return nil, fmt.Errorf("--webhooks-every must be positive; got %s", f.webhooks.every)
+	}
 	f.acq.tracing = f.tracing
 	acq, sim, err := f.acq.build()
 	if err != nil {
@@ -146,6 +165,8 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		metrics:  m,
 		rescuer:  recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
 		sweeper:  recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept}),
+		sender: webhook.NewSender(store, webhook.SenderOptions{Every: f.webhooks.every, Scale: f.webhooks.scale,
+			AllowPrivate: f.webhooks.allowPrivate, Logger: log, Observer: m.Webhooks()}),
 	}, nil
 }
 
@@ -189,14 +210,18 @@ func poolStats(store chargeonce.Store) func() metrics.PoolStats {
 	}
 }
 
-// start runs recovery and the sweeper in the background until stop.
+// start runs recovery, the sweeper and the webhook sender in the background
+// until stop.
 func (r *runtime) start(ctx context.Context) {
 	r.rescuer.Start(ctx)
 	r.sweeper.Start(ctx)
+	r.sender.Start(ctx)
 }
 
-// stop ends recovery and the sweeper, waiting for their passes in flight.
+// stop ends recovery, the sweeper and the webhook sender, waiting for their
+// work in flight.
 func (r *runtime) stop() {
+	r.sender.Stop()
 	r.sweeper.Stop()
 	r.rescuer.Stop()
 }

@@ -26,6 +26,7 @@ func TestTracingKeepsOperatorsAndHistory(t *testing.T) {
 			f := runtimeFlags{db: db, tracing: tracing.NewWithExporter(tracetest.NewInMemoryExporter())}
 			f.acq.target, f.acq.timeout = "http://127.0.0.1:1", time.Second
 			f.lease, f.reconcileEvery, f.keyTTL, f.sweepEvery = time.Second, time.Second, time.Hour, time.Minute
+			f.webhooks.scale, f.webhooks.every = 1, time.Second
 			rt, err := f.open(t.Context(), slog.New(slog.DiscardHandler), nil)
 			if err != nil {
 				t.Fatal(err)

@@ -76,7 +76,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.metricsAddr != "" {
 		apiMetrics = nil // served on its own listener only
 	}
-	api := httpapi.New(httpapi.Config{Engine: rt.engine, Store: rt.store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: rt.metrics, Rejections: rt.metrics})
+	api := httpapi.New(httpapi.Config{Engine: rt.engine, Store: rt.store, Keys: keys, Logger: log, Metrics: apiMetrics, Outcomes: rt.metrics, Rejections: rt.metrics,
+		WebhooksAllowPrivate: c.webhooks.allowPrivate})
 	handler := withSimulator(tr.Route(api), rt.sim, c.addr)
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", c.addr)

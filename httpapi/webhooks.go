@@ -1,0 +1,319 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/webhook"
+	"github.com/chargeonce/chargeonce/wire"
+)
+
+// Limits of the webhook endpoints API.
+const (
+	// MaxWebhookEndpoints is how many endpoints one merchant may have.
+	MaxWebhookEndpoints = 16
+	maxDescriptionLen   = 500
+	maxWebhookIDLen     = 64
+)
+
+// routeWebhooks adds the endpoints and events API (SPEC "Settlement events
+// and webhooks") to s.
+func (s *Server) routeWebhooks() {
+	s.mux.HandleFunc("POST /v1/webhook_endpoints", s.handleCreateEndpoint)
+	s.mux.HandleFunc("GET /v1/webhook_endpoints", s.handleListEndpoints)
+	s.mux.HandleFunc("DELETE /v1/webhook_endpoints/{id}", s.handleDeleteEndpoint)
+	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}/rotate_secret", s.handleRotateSecret)
+	s.mux.HandleFunc("GET /v1/events", s.handleListEvents)
+	s.mux.HandleFunc("GET /v1/events/{id}", s.handleGetEvent)
+	s.mux.HandleFunc("POST /v1/events/{id}/redeliver", s.handleRedeliver)
+	for _, p := range []string{"/v1/webhook_endpoints", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/{id}/rotate_secret",
+		"/v1/events", "/v1/events/{id}", "/v1/events/{id}/redeliver"} {
+		s.mux.HandleFunc(p, s.methodNotAllowed)
+	}
+}
+
+// endpointJSON is the public form of an endpoint; Secret only on creation
+// and rotation.
+type endpointJSON struct {
+	ID             string `json:"id"`
+	Object         string `json:"object"`
+	URL            string `json:"url"`
+	Description    string `json:"description"`
+	Status         string `json:"status"`
+	DisabledReason string `json:"disabled_reason,omitempty"`
+	CreatedAt      string `json:"created_at"`
+	Secret         string `json:"secret,omitempty"`
+}
+
+func endpointOut(e chargeonce.WebhookEndpoint, withSecret bool) endpointJSON {
+	out := endpointJSON{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Description: e.Description, Status: string(e.Status),
+		DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339)}
+	if withSecret {
+		out.Secret = e.Secret
+	}
+	return out
+}
+
+func (s *Server) writeValue(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("encoding an answer", "err", err)
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, status, b)
+}
+
+// plausibleWebhookID tells whether id could be an endpoint's or an event's:
+// anything else is not found without asking the store.
+func plausibleWebhookID(id string) bool {
+	return id != "" && len(id) <= maxWebhookIDLen && plausibleChargeID(id)
+}
+
+func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var in struct {
+		URL         string `json:"url"`
+		Description string `json:"description"`
+	}
+	if err := wire.Decode(body, &in); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	switch {
+	case in.URL == "":
+		err = chargeonce.FieldError("url", "url is required")
+	case !chargeonce.ValidText(in.URL):
+		err = chargeonce.FieldError("url", "url must be valid UTF-8 text")
+	case !chargeonce.ValidText(in.Description) || len([]rune(in.Description)) > maxDescriptionLen:
+		err = chargeonce.FieldError("description", "description must be text of at most %d characters", maxDescriptionLen)
+	}
+	if err == nil {
+		if uerr := webhook.CheckURL(in.URL, s.webhooksAllowPrivate); uerr != nil {
+			err = chargeonce.FieldError("url", "%v", uerr)
+		}
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	have, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(have) >= MaxWebhookEndpoints {
+		s.writeError(w, r, chargeonce.FieldError("url", "a merchant may have at most %d webhook endpoints; delete one first", MaxWebhookEndpoints))
+		return
+	}
+	e, err := s.store.WebhookEndpointCreate(r.Context(), chargeonce.WebhookEndpoint{
+		ID: "we_" + idempotency.NewToken()[:24], MerchantID: merchant.ID, URL: in.URL, Description: in.Description, Secret: webhook.NewSecret(),
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("webhook endpoint created", "merchant", merchant.ID, "endpoint", e.ID, "url", e.URL)
+	s.writeValue(w, http.StatusCreated, endpointOut(e, true))
+}
+
+func (s *Server) handleListEndpoints(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if r.URL.RawQuery != "" {
+		s.writeError(w, r, chargeonce.FieldError("query", "GET /v1/webhook_endpoints takes no query parameters"))
+		return
+	}
+	eps, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	data := make([]endpointJSON, len(eps))
+	for i, e := range eps {
+		data[i] = endpointOut(e, false)
+	}
+	s.writeValue(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/webhook_endpoints"})
+}
+
+func (s *Server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !plausibleWebhookID(id) {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
+		return
+	}
+	if err := s.store.WebhookEndpointDelete(r.Context(), merchant.ID, id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("webhook endpoint deleted", "merchant", merchant.ID, "endpoint", id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleRotateSecret(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !plausibleWebhookID(id) {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
+		return
+	}
+	e, err := s.store.WebhookEndpointRotate(r.Context(), merchant.ID, id, webhook.NewSecret(), chargeonce.WebhookSecretOverlap)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("webhook secret rotated", "merchant", merchant.ID, "endpoint", id)
+	s.writeValue(w, http.StatusOK, endpointOut(e, true))
+}
+
+// eventJSON is an event as the API shows it: the delivered body, plus
+// (for GET /v1/events/{id}) its delivery attempts.
+func (s *Server) eventJSON(r *http.Request, ev chargeonce.WebhookEvent) (map[string]any, error) {
+	ch, err := s.store.ChargeGet(r.Context(), ev.MerchantID, ev.ChargeID)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{
+		"id": ev.ID, "object": "event", "type": ev.Type, "created_at": ev.CreatedAt.UTC().Format(time.RFC3339Nano),
+		"data": map[string]any{"object": json.RawMessage(engine.EncodeCharge(&ch))},
+	}, nil
+}
+
+// eventsParams are the query parameters GET /v1/events understands.
+var eventsParams = map[string]bool{"limit": true, "starting_after": true, "charge_id": true}
+
+func (s *Server) handleListEvents(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p := chargeonce.EventsListParams{MerchantID: merchant.ID, Limit: chargeonce.EventsListDefaultLimit}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err))
+		return
+	}
+	for name, vs := range q {
+		if !eventsParams[name] {
+			s.writeError(w, r, chargeonce.FieldError("query", "unknown query parameter; GET /v1/events takes limit, starting_after and charge_id"))
+			return
+		}
+		if len(vs) != 1 || vs[0] == "" || !chargeonce.ValidText(vs[0]) {
+			s.writeError(w, r, chargeonce.FieldError(name, "%s must be given once, not empty", name))
+			return
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > chargeonce.EventsListMaxLimit {
+			s.writeError(w, r, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", chargeonce.EventsListMaxLimit))
+			return
+		}
+		p.Limit = n
+	}
+	p.StartingAfter, p.ChargeID = q.Get("starting_after"), q.Get("charge_id")
+	page, err := s.store.WebhookEventsList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	data := make([]map[string]any, 0, len(page.Events))
+	for _, ev := range page.Events {
+		j, err := s.eventJSON(r, ev)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		data = append(data, j)
+	}
+	s.writeValue(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": page.HasMore, "url": "/v1/events"})
+}
+
+func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !plausibleWebhookID(id) {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no event has that id"))
+		return
+	}
+	ev, attempts, err := s.store.WebhookEventGet(r.Context(), merchant.ID, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	j, err := s.eventJSON(r, ev)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	type attemptJSON struct {
+		At         string  `json:"at"`
+		Endpoint   string  `json:"endpoint"`
+		StatusCode *int    `json:"status_code"`
+		Error      *string `json:"error"`
+		LatencyMS  float64 `json:"latency_ms"`
+	}
+	as := make([]attemptJSON, len(attempts))
+	for i, a := range attempts {
+		as[i] = attemptJSON{At: a.At.UTC().Format(time.RFC3339Nano), Endpoint: a.EndpointID, LatencyMS: float64(a.Latency.Microseconds()) / 1000}
+		if a.StatusCode != 0 {
+			as[i].StatusCode = &attempts[i].StatusCode
+		}
+		if a.Error != "" {
+			as[i].Error = &attempts[i].Error
+		}
+	}
+	j["delivery_attempts"] = as
+	s.writeValue(w, http.StatusOK, j)
+}
+
+func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !plausibleWebhookID(id) {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no event has that id"))
+		return
+	}
+	n, err := s.store.WebhookEventRedeliver(r.Context(), merchant.ID, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeValue(w, http.StatusAccepted, map[string]any{"id": id, "object": "event", "deliveries_queued": n})
+}

@@ -1,0 +1,388 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/idempotency"
+)
+
+const endpointColumns = `id, merchant_id, url, description, status, COALESCE(disabled_reason, ''),
+	secret, COALESCE(old_secret, ''), old_secret_until, created_at`
+
+func scanEndpoint(row pgx.Row) (chargeonce.WebhookEndpoint, error) {
+	var (
+		e        chargeonce.WebhookEndpoint
+		status   string
+		oldUntil *time.Time
+	)
+	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
+		&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt)
+	e.Status = chargeonce.EndpointStatus(status)
+	if oldUntil != nil {
+		e.OldSecretUntil = *oldUntil
+	}
+	return e, err
+}
+
+func notFound(what, id string) error {
+	return chargeonce.Errorf(chargeonce.ENOTFOUND, "no %s %q", what, id)
+}
+
+// WebhookEndpointCreate inserts an enabled endpoint.
+func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookEndpoint) (chargeonce.WebhookEndpoint, error) {
+	out, err := scanEndpoint(s.pool.QueryRow(ctx, `
+INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret))
+	if err != nil {
+		return chargeonce.WebhookEndpoint{}, fmt.Errorf("creating webhook endpoint: %w", translate(err))
+	}
+	return out, nil
+}
+
+// WebhookEndpointsList returns the merchant's endpoints, oldest first.
+func (s *Store) WebhookEndpointsList(ctx context.Context, merchantID string) ([]chargeonce.WebhookEndpoint, error) {
+	if !chargeonce.ValidText(merchantID) {
+		return []chargeonce.WebhookEndpoint{}, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+endpointColumns+`
+FROM webhook_endpoints WHERE merchant_id = $1 ORDER BY created_at, id`, merchantID)
+	if err != nil {
+		return nil, fmt.Errorf("listing webhook endpoints: %w", translate(err))
+	}
+	defer rows.Close()
+	out := []chargeonce.WebhookEndpoint{}
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing webhook endpoints: %w", translate(err))
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing webhook endpoints: %w", translate(err))
+	}
+	return out, nil
+}
+
+// WebhookEndpointDelete removes the endpoint and its pending deliveries in
+// one statement.
+func (s *Store) WebhookEndpointDelete(ctx context.Context, merchantID, id string) error {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return notFound("webhook endpoint", id)
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, `
+WITH e AS (
+	DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2 RETURNING id
+), d AS (
+	DELETE FROM webhook_deliveries WHERE endpoint_id IN (SELECT id FROM e) AND state = 'pending'
+)
+SELECT count(*) FROM e`, merchantID, id).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("deleting webhook endpoint: %w", translate(err))
+	}
+	if n == 0 {
+		return notFound("webhook endpoint", id)
+	}
+	return nil
+}
+
+// WebhookEndpointRotate swaps in a new secret; the old one signs for overlap.
+func (s *Store) WebhookEndpointRotate(ctx context.Context, merchantID, id, secret string, overlap time.Duration) (chargeonce.WebhookEndpoint, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.WebhookEndpoint{}, notFound("webhook endpoint", id)
+	}
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, `
+UPDATE webhook_endpoints
+SET old_secret = secret, old_secret_until = now() + $4::interval, secret = $3
+WHERE merchant_id = $1 AND id = $2
+RETURNING `+endpointColumns, merchantID, id, secret, overlap))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.WebhookEndpoint{}, notFound("webhook endpoint", id)
+	}
+	if err != nil {
+		return chargeonce.WebhookEndpoint{}, fmt.Errorf("rotating webhook secret: %w", translate(err))
+	}
+	return e, nil
+}
+
+// WebhookEventGet returns the event and its attempts.
+func (s *Store) WebhookEventGet(ctx context.Context, merchantID, id string) (chargeonce.WebhookEvent, []chargeonce.WebhookAttempt, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.WebhookEvent{}, nil, notFound("event", id)
+	}
+	var ev chargeonce.WebhookEvent
+	err := s.pool.QueryRow(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+FROM webhook_events WHERE merchant_id = $1 AND id = $2`, merchantID, id).
+		Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.Type, &ev.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ev, nil, notFound("event", id)
+	}
+	if err != nil {
+		return ev, nil, fmt.Errorf("reading event: %w", translate(err))
+	}
+	rows, err := s.pool.Query(ctx, `SELECT event_id, endpoint_id, at, COALESCE(status_code, 0), COALESCE(error, ''), latency_us
+FROM webhook_attempts WHERE event_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+	}
+	defer rows.Close()
+	attempts := []chargeonce.WebhookAttempt{}
+	for rows.Next() {
+		var (
+			a  chargeonce.WebhookAttempt
+			us int64
+		)
+		if err := rows.Scan(&a.EventID, &a.EndpointID, &a.At, &a.StatusCode, &a.Error, &us); err != nil {
+			return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+		}
+		a.Latency = time.Duration(us) * time.Microsecond
+		attempts = append(attempts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+	}
+	return ev, attempts, nil
+}
+
+// WebhookEventsList pages the merchant's events, newest first, by keyset.
+func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListParams) (chargeonce.EventsPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.EventsPage{}, err
+	}
+	page := chargeonce.EventsPage{Events: []chargeonce.WebhookEvent{}}
+	if !chargeonce.ValidText(p.MerchantID) || !chargeonce.ValidText(p.ChargeID) {
+		return page, nil
+	}
+	var (
+		at     time.Time
+		cursor = p.StartingAfter
+	)
+	if cursor != "" {
+		err := s.pool.QueryRow(ctx, `SELECT created_at FROM webhook_events WHERE merchant_id = $1 AND id = $2`,
+			p.MerchantID, cursor).Scan(&at)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !chargeonce.ValidText(cursor)) {
+			return page, chargeonce.FieldError("starting_after", "starting_after %q is not one of your events", cursor)
+		}
+		if err != nil {
+			return page, fmt.Errorf("listing events: %w", translate(err))
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+FROM webhook_events
+WHERE merchant_id = $1 AND ($2 = '' OR charge_id = $2)
+	AND ($3 = '' OR (created_at, id) < ($4, $3))
+ORDER BY created_at DESC, id DESC LIMIT $5`, p.MerchantID, p.ChargeID, cursor, at, p.Limit+1)
+	if err != nil {
+		return page, fmt.Errorf("listing events: %w", translate(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ev chargeonce.WebhookEvent
+		if err := rows.Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.Type, &ev.CreatedAt); err != nil {
+			return page, fmt.Errorf("listing events: %w", translate(err))
+		}
+		page.Events = append(page.Events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return page, fmt.Errorf("listing events: %w", translate(err))
+	}
+	if len(page.Events) > p.Limit {
+		page.Events, page.HasMore = page.Events[:p.Limit], true
+	}
+	return page, nil
+}
+
+// WebhookEventRedeliver queues one more delivery per enabled endpoint.
+func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string) (int, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return 0, notFound("event", id)
+	}
+	var found bool
+	var n int
+	err := s.pool.QueryRow(ctx, `
+WITH ev AS (
+	SELECT id, merchant_id FROM webhook_events WHERE merchant_id = $1 AND id = $2
+), d AS (
+	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
+	SELECT ev.id, e.id, ev.merchant_id FROM ev
+	JOIN webhook_endpoints e ON e.merchant_id = ev.merchant_id AND e.status = 'enabled'
+	RETURNING id
+)
+SELECT EXISTS (SELECT FROM ev), (SELECT count(*) FROM d)`, merchantID, id).Scan(&found, &n)
+	if err != nil {
+		return 0, fmt.Errorf("redelivering event: %w", translate(err))
+	}
+	if !found {
+		return 0, notFound("event", id)
+	}
+	return n, nil
+}
+
+// WebhookDeliveriesClaim picks due deliveries, at most perMerchant of a
+// merchant, and claims them. The pick reads without locks (a window
+// function cannot take FOR UPDATE); the UPDATE re-checks each row's claim
+// once it holds the row lock, so two senders never claim one delivery.
+func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration, limit, perMerchant int, skip []string) ([]chargeonce.WebhookDelivery, error) {
+	if limit <= 0 || perMerchant <= 0 {
+		return nil, nil
+	}
+	if skip == nil {
+		skip = []string{}
+	}
+	token := idempotency.NewToken()
+	rows, err := s.pool.Query(ctx, `
+WITH due AS (
+	SELECT id FROM (
+		SELECT id, next_at, row_number() OVER (PARTITION BY merchant_id ORDER BY next_at, id) AS rn
+		FROM (
+			SELECT id, merchant_id, next_at FROM webhook_deliveries
+			WHERE state = 'pending' AND next_at <= now() AND claimed_until <= now()
+				AND merchant_id <> ALL($5::text[])
+			ORDER BY next_at, id LIMIT $2 * 20
+		) x
+	) y WHERE rn <= $3 ORDER BY next_at, id LIMIT $2
+), d AS (
+	UPDATE webhook_deliveries w SET claimed_until = now() + $1::interval, token = $4
+	FROM due WHERE w.id = due.id AND w.state = 'pending' AND w.claimed_until <= now()
+	RETURNING w.id, w.attempts, w.event_id, w.endpoint_id
+)
+SELECT d.id, d.attempts, ev.id, ev.merchant_id, ev.charge_id, ev.type, ev.created_at,
+	`+endpointColumnsE+`
+FROM d JOIN webhook_events ev ON ev.id = d.event_id
+JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, token, skip)
+	if err != nil {
+		return nil, fmt.Errorf("claiming webhook deliveries: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []chargeonce.WebhookDelivery
+	for rows.Next() {
+		d := chargeonce.WebhookDelivery{Token: token}
+		var (
+			status   string
+			oldUntil *time.Time
+		)
+		e := &d.Endpoint
+		if err := rows.Scan(&d.ID, &d.Attempts, &d.Event.ID, &d.Event.MerchantID, &d.Event.ChargeID, &d.Event.Type, &d.Event.CreatedAt,
+			&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
+			&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt); err != nil {
+			return nil, fmt.Errorf("claiming webhook deliveries: %w", translate(err))
+		}
+		e.Status = chargeonce.EndpointStatus(status)
+		if oldUntil != nil {
+			e.OldSecretUntil = *oldUntil
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claiming webhook deliveries: %w", translate(err))
+	}
+	return out, nil
+}
+
+// endpointColumnsE is endpointColumns of the endpoint joined as e.
+const endpointColumnsE = `e.id, e.merchant_id, e.url, e.description, e.status, COALESCE(e.disabled_reason, ''),
+	e.secret, COALESCE(e.old_secret, ''), e.old_secret_until, e.created_at`
+
+// WebhookDeliveryFinish records the attempt, then settles the delivery
+// under its claim, and keeps the endpoint's failure clock, in one
+// transaction.
+func (s *Store) WebhookDeliveryFinish(ctx context.Context, d chargeonce.WebhookDelivery, o chargeonce.WebhookOutcome) (bool, error) {
+	a := o.Attempt
+	var errText *string
+	if a.Error != "" {
+		errText = &a.Error
+	}
+	var code *int32
+	if a.StatusCode != 0 {
+		c := int32(a.StatusCode) //nolint:gosec // G115: an HTTP status
+		code = &c
+	}
+	state, next := "pending", time.Duration(0)
+	switch {
+	case o.Delivered:
+		state = "succeeded"
+	case o.Disable != "" || o.RetryIn <= 0:
+		state = "failed"
+	default:
+		next = o.RetryIn
+	}
+	var (
+		claimed  bool
+		disabled bool
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (event_id, endpoint_id, status_code, error, latency_us)
+VALUES ($1, $2, $3, $4, $5)`, d.Event.ID, d.Endpoint.ID, code, errText, a.Latency.Microseconds()); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
+SET state = $3, attempts = attempts + 1, next_at = now() + $4::interval, claimed_until = '-infinity'
+WHERE id = $1 AND token = $2 AND state = 'pending'`, d.ID, d.Token, state, next)
+		if err != nil {
+			return err
+		}
+		claimed = tag.RowsAffected() == 1
+		if o.Delivered {
+			_, err = tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL
+WHERE id = $1 AND failing_since IS NOT NULL`, d.Endpoint.ID)
+			return err
+		}
+		reason := o.Disable
+		if reason == "" {
+			reason = fmt.Sprintf("no 2xx for %s", o.DisableAfter)
+		}
+		var (
+			status  string
+			expired bool
+		)
+		err = tx.QueryRow(ctx, `SELECT status,
+	failing_since IS NOT NULL AND $2::bigint > 0 AND now() - failing_since >= $2::bigint * interval '1 microsecond'
+FROM webhook_endpoints WHERE id = $1 FOR UPDATE`, d.Endpoint.ID, o.DisableAfter.Microseconds()).Scan(&status, &expired)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		disabled = status == string(chargeonce.EndpointEnabled) && (o.Disable != "" || expired)
+		if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, now()),
+	status = CASE WHEN $2 THEN 'disabled' ELSE status END,
+	disabled_reason = CASE WHEN $2 THEN $3 ELSE disabled_reason END
+WHERE id = $1`, d.Endpoint.ID, disabled, reason); err != nil {
+			return err
+		}
+		if disabled {
+			_, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET state = 'failed'
+WHERE endpoint_id = $1 AND state = 'pending' AND id <> $2`, d.Endpoint.ID, d.ID)
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("finishing webhook delivery: %w", translate(err))
+	}
+	if !claimed {
+		return disabled, chargeonce.Errorf(chargeonce.ESTALE, "webhook delivery %d is no longer held by this sender", d.ID)
+	}
+	return disabled, nil
+}
+
+// WebhookStats counts pending deliveries and disabled endpoints.
+func (s *Store) WebhookStats(ctx context.Context) (chargeonce.WebhookStats, error) {
+	var st chargeonce.WebhookStats
+	err := s.pool.QueryRow(ctx, `
+SELECT (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
+	COALESCE((SELECT now() - min(created_at) FROM webhook_deliveries WHERE state = 'pending'), interval '0'),
+	(SELECT count(*) FROM webhook_endpoints WHERE status = 'disabled')`).Scan(&st.Pending, &st.OldestPendingAge, &st.EndpointsDisabled)
+	if err != nil {
+		return st, fmt.Errorf("counting webhook deliveries: %w", translate(err))
+	}
+	return st, nil
+}

@@ -1,0 +1,402 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/idempotency"
+)
+
+// Settlement events are written by the trigger charges_webhook_event
+// (migration 0010) in the transaction that completes a record; the methods
+// here manage endpoints and deliveries.
+
+const endpointColumns = `id, merchant_id, url, description, status, coalesce(disabled_reason, ''),
+	secret, coalesce(old_secret, ''), coalesce(old_secret_until, 0), created_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanEndpoint(row scanner) (chargeonce.WebhookEndpoint, error) {
+	var (
+		e                   chargeonce.WebhookEndpoint
+		status              string
+		oldUntil, createdAt int64
+	)
+	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
+		&e.Secret, &e.OldSecret, &oldUntil, &createdAt)
+	e.Status = chargeonce.EndpointStatus(status)
+	if oldUntil != 0 {
+		e.OldSecretUntil = fromMicros(oldUntil)
+	}
+	e.CreatedAt = fromMicros(createdAt)
+	return e, err
+}
+
+func notFound(what, id string) error {
+	return chargeonce.Errorf(chargeonce.ENOTFOUND, "no %s %q", what, id)
+}
+
+// WebhookEndpointCreate inserts an enabled endpoint.
+func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookEndpoint) (chargeonce.WebhookEndpoint, error) {
+	out, err := scanEndpoint(s.wdb.QueryRowContext(ctx, `
+INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, `+nowMicros+`)
+RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret))
+	if err != nil {
+		return chargeonce.WebhookEndpoint{}, wrap("creating webhook endpoint", err)
+	}
+	return out, nil
+}
+
+// WebhookEndpointsList returns the merchant's endpoints, oldest first.
+func (s *Store) WebhookEndpointsList(ctx context.Context, merchantID string) ([]chargeonce.WebhookEndpoint, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+endpointColumns+`
+FROM webhook_endpoints WHERE merchant_id = ?1 ORDER BY created_at, id`, merchantID)
+	if err != nil {
+		return nil, wrap("listing webhook endpoints", err)
+	}
+	defer rows.Close()
+	out := []chargeonce.WebhookEndpoint{}
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, wrap("listing webhook endpoints", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("listing webhook endpoints", err)
+	}
+	return out, nil
+}
+
+// WebhookEndpointDelete removes the endpoint and its pending deliveries.
+func (s *Store) WebhookEndpointDelete(ctx context.Context, merchantID, id string) error {
+	return s.write(ctx, "deleting webhook endpoint", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM webhook_endpoints WHERE merchant_id = ?1 AND id = ?2`, merchantID, id)
+		if err != nil {
+			return wrap("deleting webhook endpoint", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err != nil {
+				return wrap("deleting webhook endpoint", err)
+			}
+			return notFound("webhook endpoint", id)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE endpoint_id = ?1 AND state = 'pending'`, id); err != nil {
+			return wrap("deleting webhook endpoint", err)
+		}
+		return nil
+	})
+}
+
+// WebhookEndpointRotate swaps in a new secret; the old one signs for overlap.
+func (s *Store) WebhookEndpointRotate(ctx context.Context, merchantID, id, secret string, overlap time.Duration) (chargeonce.WebhookEndpoint, error) {
+	e, err := scanEndpoint(s.wdb.QueryRowContext(ctx, `
+UPDATE webhook_endpoints
+SET old_secret = secret, old_secret_until = `+nowMicros+` + ?4, secret = ?3
+WHERE merchant_id = ?1 AND id = ?2
+RETURNING `+endpointColumns, merchantID, id, secret, micros(overlap)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return chargeonce.WebhookEndpoint{}, notFound("webhook endpoint", id)
+	}
+	if err != nil {
+		return chargeonce.WebhookEndpoint{}, wrap("rotating webhook secret", err)
+	}
+	return e, nil
+}
+
+func scanEvent(row scanner) (chargeonce.WebhookEvent, error) {
+	var (
+		ev chargeonce.WebhookEvent
+		at int64
+	)
+	err := row.Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.Type, &at)
+	ev.CreatedAt = fromMicros(at)
+	return ev, err
+}
+
+// WebhookEventGet returns the event and its attempts.
+func (s *Store) WebhookEventGet(ctx context.Context, merchantID, id string) (chargeonce.WebhookEvent, []chargeonce.WebhookAttempt, error) {
+	ev, err := scanEvent(s.rdb.QueryRowContext(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+FROM webhook_events WHERE merchant_id = ?1 AND id = ?2`, merchantID, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return ev, nil, notFound("event", id)
+	}
+	if err != nil {
+		return ev, nil, wrap("reading event", err)
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT event_id, endpoint_id, at, coalesce(status_code, 0), coalesce(error, ''), latency_us
+FROM webhook_attempts WHERE event_id = ?1 ORDER BY id`, id)
+	if err != nil {
+		return ev, nil, wrap("reading event attempts", err)
+	}
+	defer rows.Close()
+	attempts := []chargeonce.WebhookAttempt{}
+	for rows.Next() {
+		var (
+			a      chargeonce.WebhookAttempt
+			at, us int64
+		)
+		if err := rows.Scan(&a.EventID, &a.EndpointID, &at, &a.StatusCode, &a.Error, &us); err != nil {
+			return ev, nil, wrap("reading event attempts", err)
+		}
+		a.At, a.Latency = fromMicros(at), time.Duration(us)*time.Microsecond
+		attempts = append(attempts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return ev, nil, wrap("reading event attempts", err)
+	}
+	return ev, attempts, nil
+}
+
+// WebhookEventsList pages the merchant's events, newest first, by keyset.
+func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListParams) (chargeonce.EventsPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.EventsPage{}, err
+	}
+	page := chargeonce.EventsPage{Events: []chargeonce.WebhookEvent{}}
+	var at int64
+	if p.StartingAfter != "" {
+		err := s.rdb.QueryRowContext(ctx, `SELECT created_at FROM webhook_events WHERE merchant_id = ?1 AND id = ?2`,
+			p.MerchantID, p.StartingAfter).Scan(&at)
+		if errors.Is(err, sql.ErrNoRows) {
+			return page, chargeonce.FieldError("starting_after", "starting_after %q is not one of your events", p.StartingAfter)
+		}
+		if err != nil {
+			return page, wrap("listing events", err)
+		}
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+FROM webhook_events
+WHERE merchant_id = ?1 AND (?2 = '' OR charge_id = ?2)
+	AND (?3 = '' OR (created_at, id) < (?4, ?3))
+ORDER BY created_at DESC, id DESC LIMIT ?5`, p.MerchantID, p.ChargeID, p.StartingAfter, at, p.Limit+1)
+	if err != nil {
+		return page, wrap("listing events", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return page, wrap("listing events", err)
+		}
+		page.Events = append(page.Events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return page, wrap("listing events", err)
+	}
+	if len(page.Events) > p.Limit {
+		page.Events, page.HasMore = page.Events[:p.Limit], true
+	}
+	return page, nil
+}
+
+// WebhookEventRedeliver queues one more delivery per enabled endpoint.
+func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string) (int, error) {
+	var n int64
+	err := s.write(ctx, "redelivering event", func(ctx context.Context, tx *sql.Tx) error {
+		var found int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_events WHERE merchant_id = ?1 AND id = ?2`,
+			merchantID, id).Scan(&found); err != nil {
+			return wrap("redelivering event", err)
+		}
+		if found == 0 {
+			return notFound("event", id)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
+SELECT ?2, e.id, e.merchant_id, `+nowMicros+`, `+nowMicros+`
+FROM webhook_endpoints e WHERE e.merchant_id = ?1 AND e.status = 'enabled'`, merchantID, id)
+		if err != nil {
+			return wrap("redelivering event", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// WebhookDeliveriesClaim claims due deliveries in one statement on the
+// single writer, so two callers never get the same one while it is held.
+func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration, limit, perMerchant int, skip []string) ([]chargeonce.WebhookDelivery, error) {
+	if limit <= 0 || perMerchant <= 0 {
+		return nil, nil
+	}
+	if skip == nil {
+		skip = []string{}
+	}
+	skipJSON, err := json.Marshal(skip)
+	if err != nil {
+		return nil, wrap("claiming webhook deliveries", err)
+	}
+	token := idempotency.NewToken()
+	var out []chargeonce.WebhookDelivery
+	err = s.write(ctx, "claiming webhook deliveries", func(ctx context.Context, tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `UPDATE webhook_deliveries SET claimed_until = `+nowMicros+` + ?1, token = ?4
+WHERE id IN (
+	SELECT id FROM (
+		SELECT id, next_at, row_number() OVER (PARTITION BY merchant_id ORDER BY next_at, id) AS rn
+		FROM (
+			SELECT id, merchant_id, next_at FROM webhook_deliveries
+			WHERE state = 'pending' AND next_at <= `+nowMicros+` AND claimed_until <= `+nowMicros+`
+				AND merchant_id NOT IN (SELECT value FROM json_each(?5))
+			ORDER BY next_at, id LIMIT ?2 * 20
+		)
+	) WHERE rn <= ?3 ORDER BY next_at, id LIMIT ?2)
+RETURNING id, attempts, event_id, endpoint_id`, micros(lease), limit, perMerchant, token, string(skipJSON))
+		if err != nil {
+			return wrap("claiming webhook deliveries", err)
+		}
+		type claimed struct {
+			id                  int64
+			attempts            int
+			eventID, endpointID string
+		}
+		var cs []claimed
+		for rows.Next() {
+			var c claimed
+			if err := rows.Scan(&c.id, &c.attempts, &c.eventID, &c.endpointID); err != nil {
+				rows.Close()
+				return wrap("claiming webhook deliveries", err)
+			}
+			cs = append(cs, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return wrap("claiming webhook deliveries", err)
+		}
+		for _, c := range cs {
+			d := chargeonce.WebhookDelivery{ID: c.id, Token: token, Attempts: c.attempts}
+			ev, err := scanEvent(tx.QueryRowContext(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+FROM webhook_events WHERE id = ?1`, c.eventID))
+			if err != nil {
+				return wrap("claiming webhook deliveries", err)
+			}
+			e, err := scanEndpoint(tx.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?1`, c.endpointID))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // the endpoint was deleted
+			}
+			if err != nil {
+				return wrap("claiming webhook deliveries", err)
+			}
+			d.Event, d.Endpoint = ev, e
+			out = append(out, d)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// WebhookDeliveryFinish records the attempt, settles the delivery under its
+// claim and keeps the endpoint's failure clock, in one transaction.
+func (s *Store) WebhookDeliveryFinish(ctx context.Context, d chargeonce.WebhookDelivery, o chargeonce.WebhookOutcome) (bool, error) {
+	a := o.Attempt
+	var (
+		errText any
+		code    any
+	)
+	if a.Error != "" {
+		errText = a.Error
+	}
+	if a.StatusCode != 0 {
+		code = a.StatusCode
+	}
+	state, next := "pending", time.Duration(0)
+	switch {
+	case o.Delivered:
+		state = "succeeded"
+	case o.Disable != "" || o.RetryIn <= 0:
+		state = "failed"
+	default:
+		next = o.RetryIn
+	}
+	var claimed, disabled bool
+	err := s.write(ctx, "finishing webhook delivery", func(ctx context.Context, tx *sql.Tx) error {
+		claimed, disabled = false, false
+		if _, err := tx.ExecContext(ctx, `INSERT INTO webhook_attempts (event_id, endpoint_id, at, status_code, error, latency_us)
+VALUES (?1, ?2, `+nowMicros+`, ?3, ?4, ?5)`, d.Event.ID, d.Endpoint.ID, code, errText, a.Latency.Microseconds()); err != nil {
+			return wrap("recording webhook attempt", err)
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries
+SET state = ?3, attempts = attempts + 1, next_at = `+nowMicros+` + ?4, claimed_until = 0
+WHERE id = ?1 AND token = ?2 AND state = 'pending'`, d.ID, d.Token, state, micros(next))
+		if err != nil {
+			return wrap("finishing webhook delivery", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return wrap("finishing webhook delivery", err)
+		}
+		claimed = n == 1
+		if o.Delivered {
+			if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?1 AND failing_since IS NOT NULL`, d.Endpoint.ID); err != nil {
+				return wrap("finishing webhook delivery", err)
+			}
+			return nil
+		}
+		var (
+			status  string
+			expired bool
+		)
+		err = tx.QueryRowContext(ctx, `SELECT status,
+	failing_since IS NOT NULL AND ?2 > 0 AND `+nowMicros+` - failing_since >= ?2
+FROM webhook_endpoints WHERE id = ?1`, d.Endpoint.ID, o.DisableAfter.Microseconds()).Scan(&status, &expired)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return wrap("finishing webhook delivery", err)
+		}
+		reason := o.Disable
+		if reason == "" {
+			reason = fmt.Sprintf("no 2xx for %s", o.DisableAfter)
+		}
+		disabled = status == string(chargeonce.EndpointEnabled) && (o.Disable != "" || expired)
+		if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, `+nowMicros+`),
+	status = CASE WHEN ?2 THEN 'disabled' ELSE status END,
+	disabled_reason = CASE WHEN ?2 THEN ?3 ELSE disabled_reason END
+WHERE id = ?1`, d.Endpoint.ID, disabled, reason); err != nil {
+			return wrap("finishing webhook delivery", err)
+		}
+		if disabled {
+			if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET state = 'failed'
+WHERE endpoint_id = ?1 AND state = 'pending' AND id <> ?2`, d.Endpoint.ID, d.ID); err != nil {
+				return wrap("finishing webhook delivery", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if !claimed {
+		return disabled, chargeonce.Errorf(chargeonce.ESTALE, "webhook delivery %d is no longer held by this sender", d.ID)
+	}
+	return disabled, nil
+}
+
+// WebhookStats counts pending deliveries and disabled endpoints.
+func (s *Store) WebhookStats(ctx context.Context) (chargeonce.WebhookStats, error) {
+	var (
+		st  chargeonce.WebhookStats
+		age int64
+	)
+	err := s.rdb.QueryRowContext(ctx, `SELECT
+	(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
+	coalesce((SELECT `+nowMicros+` - min(created_at) FROM webhook_deliveries WHERE state = 'pending'), 0),
+	(SELECT count(*) FROM webhook_endpoints WHERE status = 'disabled')`).Scan(&st.Pending, &age, &st.EndpointsDisabled)
+	if err != nil {
+		return st, wrap("counting webhook deliveries", err)
+	}
+	st.OldestPendingAge = time.Duration(age) * time.Microsecond
+	return st, nil
+}

@@ -1,0 +1,406 @@
+package storetest
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// webhookTests are the settlement events' part of the suite: the event
+// written by the completing statement, endpoints, and leased deliveries.
+var webhookTests = []struct {
+	name string
+	fn   func(t *testing.T, s chargeonce.Store)
+}{
+	{"WebhookEventOnlyWithEndpoint", testWebhookEventOnlyWithEndpoint},
+	{"WebhookEventByRecovery", testWebhookEventByRecovery},
+	{"WebhookEventOncePerSettlementRace", testWebhookEventOncePerSettlementRace},
+	{"WebhookClaimConcurrentOnce", testWebhookClaimConcurrentOnce},
+	{"WebhookClaimPerMerchant", testWebhookClaimPerMerchant},
+	{"WebhookFinishRetryAndStale", testWebhookFinishRetryAndStale},
+	{"WebhookDisable", testWebhookDisable},
+	{"WebhookEndpointsCRUD", testWebhookEndpointsCRUD},
+	{"WebhookEventsListAndRedeliver", testWebhookEventsListAndRedeliver},
+}
+
+func addEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.WebhookEndpoint {
+	t.Helper()
+	e, err := s.WebhookEndpointCreate(t.Context(), chargeonce.WebhookEndpoint{
+		ID: "we_" + randHex(8), MerchantID: merchant, URL: "https://example.com/hook",
+		Description: "test", Secret: "whsec_" + randHex(16),
+	})
+	if err != nil {
+		t.Fatalf("WebhookEndpointCreate: %v", err)
+	}
+	if e.Status != chargeonce.EndpointEnabled || e.CreatedAt.IsZero() || e.MerchantID != merchant {
+		t.Fatalf("WebhookEndpointCreate returned %+v", e)
+	}
+	return e
+}
+
+func events(t *testing.T, s chargeonce.Store, merchant string) []chargeonce.WebhookEvent {
+	t.Helper()
+	page, err := s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: merchant, Limit: chargeonce.EventsListMaxLimit})
+	if err != nil {
+		t.Fatalf("WebhookEventsList: %v", err)
+	}
+	return page.Events
+}
+
+func claimDeliveries(t *testing.T, s chargeonce.Store, lease time.Duration) []chargeonce.WebhookDelivery {
+	t.Helper()
+	ds, err := s.WebhookDeliveriesClaim(t.Context(), lease, 1000, 1000, nil)
+	if err != nil {
+		t.Fatalf("WebhookDeliveriesClaim: %v", err)
+	}
+	return ds
+}
+
+func settle(t *testing.T, s chargeonce.Store, merchant, key string) chargeonce.KeyInsertParams {
+	t.Helper()
+	p := newIntent(merchant, key)
+	insert(t, s, p)
+	complete(t, s, merchant, key, p.Token, []byte(`{}`))
+	return p
+}
+
+func testWebhookEventOnlyWithEndpoint(t *testing.T, s chargeonce.Store) {
+	settle(t, s, "m1", "k-before")
+	if evs := events(t, s, "m1"); len(evs) != 0 {
+		t.Fatalf("a merchant with no endpoint has %d events", len(evs))
+	}
+	e := addEndpoint(t, s, "m1")
+	p := settle(t, s, "m1", "k-after")
+	settle(t, s, "m2", "k-other") // another merchant, no endpoint
+
+	evs := events(t, s, "m1")
+	if len(evs) != 1 {
+		t.Fatalf("got %d events, want 1", len(evs))
+	}
+	ev := evs[0]
+	if ev.ChargeID != p.Charge.ID || ev.Type != chargeonce.EventChargeCaptured || ev.MerchantID != "m1" ||
+		ev.ID != "evt_"+p.Charge.ID[3:] {
+		t.Fatalf("event %+v for charge %s", ev, p.Charge.ID)
+	}
+	// A stale second completion writes nothing more.
+	err := s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: "m1", Key: "k-after", Token: p.Token,
+		ChargeStatus: chargeonce.StatusDeclined, ResponseStatus: 402, ResponseBody: []byte(`{}`), TTL: longTTL})
+	wantCode(t, "second KeyComplete", err, chargeonce.ESTALE)
+	if evs := events(t, s, "m1"); len(evs) != 1 {
+		t.Fatalf("after a stale completion: %d events, want 1", len(evs))
+	}
+	if evs := events(t, s, "m2"); len(evs) != 0 {
+		t.Fatalf("m2 sees %d events", len(evs))
+	}
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 1 || ds[0].Event.ID != ev.ID || ds[0].Endpoint.ID != e.ID || ds[0].Endpoint.Secret != e.Secret || ds[0].Attempts != 0 {
+		t.Fatalf("claimed %+v, want one delivery of %s to %s", ds, ev.ID, e.ID)
+	}
+	st, err := s.WebhookStats(t.Context())
+	if err != nil || st.Pending != 1 || st.OldestPendingAge < 0 || st.OldestPendingAge > time.Minute {
+		t.Fatalf("WebhookStats = %+v, %v; want 1 pending", st, err)
+	}
+}
+
+func testWebhookEventByRecovery(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	p := newIntent("m1", "k1")
+	p.Lease = 0
+	insert(t, s, p)
+	recs, err := s.KeysClaimExpired(t.Context(), longLease, 10)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("KeysClaimExpired = %d, %v", len(recs), err)
+	}
+	err = s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: "m1", Key: "k1", Token: recs[0].Token,
+		ChargeStatus: chargeonce.StatusDeclined, DeclineCode: "insufficient_funds", ResponseStatus: 402, ResponseBody: []byte(`{}`), TTL: longTTL})
+	if err != nil {
+		t.Fatalf("recovery's KeyComplete: %v", err)
+	}
+	evs := events(t, s, "m1")
+	if len(evs) != 1 || evs[0].Type != chargeonce.EventChargeDeclined || evs[0].ChargeID != p.Charge.ID {
+		t.Fatalf("events after recovery settled: %+v", evs)
+	}
+}
+
+// testWebhookEventOncePerSettlementRace settles many charges at once, each
+// raced by its first attempt and a recovery claim, and finds exactly one
+// event per charge and one delivery per event and endpoint.
+func testWebhookEventOncePerSettlementRace(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	addEndpoint(t, s, "m1")
+	const n = 40
+	ps := make([]chargeonce.KeyInsertParams, n)
+	for i := range ps {
+		ps[i] = newIntent("m1", fmt.Sprintf("k%02d", i))
+		ps[i].Lease = 0
+		insert(t, s, ps[i])
+	}
+	claimed := map[string]string{}
+	recs, err := s.KeysClaimExpired(t.Context(), longLease, n)
+	if err != nil || len(recs) != n {
+		t.Fatalf("KeysClaimExpired = %d, %v", len(recs), err)
+	}
+	for _, r := range recs {
+		claimed[r.Key] = r.Token
+	}
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		for _, tok := range []string{p.Token, claimed[p.Charge.IdempotencyKey]} {
+			wg.Go(func() {
+				_ = s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: "m1", Key: p.Charge.IdempotencyKey, Token: tok,
+					ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte(`{}`), TTL: longTTL})
+			})
+		}
+	}
+	wg.Wait()
+	evs := events(t, s, "m1")
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		if seen[ev.ChargeID] {
+			t.Fatalf("two events for charge %s", ev.ChargeID)
+		}
+		seen[ev.ChargeID] = true
+	}
+	if len(evs) != n {
+		t.Fatalf("got %d events for %d settled charges", len(evs), n)
+	}
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 2*n {
+		t.Fatalf("got %d deliveries, want %d (2 endpoints x %d events)", len(ds), 2*n, n)
+	}
+}
+
+func testWebhookClaimConcurrentOnce(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	const n = 30
+	for i := range n {
+		settle(t, s, "m1", fmt.Sprintf("k%02d", i))
+	}
+	var (
+		mu  sync.Mutex
+		got = map[int64]int{}
+		wg  sync.WaitGroup
+	)
+	for range 8 {
+		wg.Go(func() {
+			for range 10 {
+				ds, err := s.WebhookDeliveriesClaim(t.Context(), longLease, 3, 100, nil)
+				if err != nil {
+					t.Errorf("WebhookDeliveriesClaim: %v", err)
+					return
+				}
+				mu.Lock()
+				for _, d := range ds {
+					got[d.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(got) != n {
+		t.Fatalf("claimed %d distinct deliveries, want %d", len(got), n)
+	}
+	for id, c := range got {
+		if c != 1 {
+			t.Fatalf("delivery %d claimed %d times while its lease ran", id, c)
+		}
+	}
+}
+
+func testWebhookClaimPerMerchant(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "busy")
+	addEndpoint(t, s, "calm")
+	for i := range 10 {
+		settle(t, s, "busy", fmt.Sprintf("k%02d", i))
+	}
+	settle(t, s, "calm", "k")
+	ds, err := s.WebhookDeliveriesClaim(t.Context(), longLease, 100, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, d := range ds {
+		per[d.Event.MerchantID]++
+	}
+	if per["busy"] != 2 || per["calm"] != 1 {
+		t.Fatalf("claimed per merchant %v, want busy:2 calm:1", per)
+	}
+	ds, err = s.WebhookDeliveriesClaim(t.Context(), longLease, 100, 100, []string{"busy"})
+	if err != nil || len(ds) != 0 {
+		t.Fatalf("claim skipping busy: %d deliveries, %v", len(ds), err)
+	}
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 8 {
+		t.Fatalf("then claimed %d, want the 8 left", len(ds))
+	}
+}
+
+func testWebhookFinishRetryAndStale(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	settle(t, s, "m1", "k1")
+	ds := claimDeliveries(t, s, 50*time.Millisecond)
+	if len(ds) != 1 {
+		t.Fatalf("claimed %d", len(ds))
+	}
+	d := ds[0]
+	// The claim ends; another sender takes it; the first one's finish is stale.
+	time.Sleep(100 * time.Millisecond)
+	ds2 := claimDeliveries(t, s, longLease)
+	if len(ds2) != 1 || ds2[0].Token == d.Token {
+		t.Fatalf("re-claim after the lease: %+v", ds2)
+	}
+	_, err := s.WebhookDeliveryFinish(t.Context(), d, chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 200, Latency: time.Millisecond}, Delivered: true})
+	wantCode(t, "finish under a lost claim", err, chargeonce.ESTALE)
+
+	d = ds2[0]
+	if _, err := s.WebhookDeliveryFinish(t.Context(), d, chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 500, Latency: 2 * time.Millisecond}, RetryIn: time.Hour}); err != nil {
+		t.Fatalf("finish with a retry: %v", err)
+	}
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 0 {
+		t.Fatalf("a delivery due in an hour was claimed now: %+v", ds)
+	}
+	_, attempts, err := s.WebhookEventGet(t.Context(), "m1", d.Event.ID)
+	if err != nil || len(attempts) != 2 || attempts[0].StatusCode != http.StatusOK || attempts[1].StatusCode != http.StatusInternalServerError ||
+		attempts[1].Latency != 2*time.Millisecond || attempts[1].EndpointID != d.Endpoint.ID {
+		t.Fatalf("WebhookEventGet attempts = %+v, %v", attempts, err)
+	}
+	if _, _, err := s.WebhookEventGet(t.Context(), "m2", d.Event.ID); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+		t.Fatalf("another merchant's event: %v", err)
+	}
+}
+
+func testWebhookDisable(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	settle(t, s, "m1", "k1")
+	settle(t, s, "m1", "k2")
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 2 {
+		t.Fatalf("claimed %d", len(ds))
+	}
+	disabled, err := s.WebhookDeliveryFinish(t.Context(), ds[0], chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 410}, Disable: "the endpoint answered 410 Gone"})
+	if err != nil || !disabled {
+		t.Fatalf("finish with 410: disabled=%v, %v", disabled, err)
+	}
+	eps, err := s.WebhookEndpointsList(t.Context(), "m1")
+	if err != nil || len(eps) != 1 || eps[0].Status != chargeonce.EndpointDisabled || eps[0].DisabledReason == "" {
+		t.Fatalf("endpoints after 410: %+v, %v", eps, err)
+	}
+	st, err := s.WebhookStats(t.Context())
+	if err != nil || st.EndpointsDisabled != 1 || st.Pending != 0 { // disabling ended ds[1] too
+		t.Fatalf("WebhookStats = %+v, %v", st, err)
+	}
+	// A settlement now writes no event: the merchant has no enabled endpoint.
+	settle(t, s, "m1", "k3")
+	if evs := events(t, s, "m1"); len(evs) != 2 {
+		t.Fatalf("events = %d, want 2", len(evs))
+	}
+
+	// Three days of failure, scaled down: the second failure past the
+	// window disables the endpoint.
+	slow := addEndpoint(t, s, "m2")
+	settle(t, s, "m2", "k1")
+	fail := func() bool {
+		ds := claimDeliveries(t, s, longLease)
+		if len(ds) != 1 || ds[0].Endpoint.ID != slow.ID {
+			t.Fatalf("claimed %+v", ds)
+		}
+		disabled, err := s.WebhookDeliveryFinish(t.Context(), ds[0], chargeonce.WebhookOutcome{
+			Attempt: chargeonce.WebhookAttempt{Error: "connection refused"}, RetryIn: time.Microsecond, DisableAfter: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return disabled
+	}
+	if fail() {
+		t.Fatal("the first failure disabled the endpoint")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if !fail() {
+		t.Fatal("a failure past DisableAfter did not disable the endpoint")
+	}
+}
+
+func testWebhookEndpointsCRUD(t *testing.T, s chargeonce.Store) {
+	a := addEndpoint(t, s, "m1")
+	b := addEndpoint(t, s, "m1")
+	eps, err := s.WebhookEndpointsList(t.Context(), "m1")
+	if err != nil || len(eps) != 2 || eps[0].ID != a.ID || eps[1].ID != b.ID {
+		t.Fatalf("list = %+v, %v", eps, err)
+	}
+	if eps, _ := s.WebhookEndpointsList(t.Context(), "m2"); len(eps) != 0 {
+		t.Fatalf("m2 sees %d endpoints", len(eps))
+	}
+	r, err := s.WebhookEndpointRotate(t.Context(), "m1", a.ID, "whsec_new", time.Hour)
+	if err != nil || r.Secret != "whsec_new" || r.OldSecret != a.Secret {
+		t.Fatalf("rotate = %+v, %v", r, err)
+	}
+	if got := r.Secrets(time.Now()); len(got) != 2 || got[0] != "whsec_new" || got[1] != a.Secret {
+		t.Fatalf("Secrets during the overlap = %v", got)
+	}
+	if got := r.Secrets(r.OldSecretUntil.Add(time.Second)); len(got) != 1 {
+		t.Fatalf("Secrets after the overlap = %v", got)
+	}
+	_, err = s.WebhookEndpointRotate(t.Context(), "m2", a.ID, "whsec_x", time.Hour)
+	wantCode(t, "rotate another merchant's endpoint", err, chargeonce.ENOTFOUND)
+	wantCode(t, "delete another merchant's endpoint", s.WebhookEndpointDelete(t.Context(), "m2", a.ID), chargeonce.ENOTFOUND)
+
+	settle(t, s, "m1", "k1")
+	if err := s.WebhookEndpointDelete(t.Context(), "m1", a.ID); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wantCode(t, "delete again", s.WebhookEndpointDelete(t.Context(), "m1", a.ID), chargeonce.ENOTFOUND)
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 1 || ds[0].Endpoint.ID != b.ID {
+		t.Fatalf("deliveries after deleting %s: %+v", a.ID, ds)
+	}
+}
+
+func testWebhookEventsListAndRedeliver(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	var ids []string
+	for i := range 5 {
+		p := settle(t, s, "m1", fmt.Sprintf("k%d", i))
+		ids = append(ids, p.Charge.ID)
+	}
+	first, err := s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: "m1", Limit: 3})
+	if err != nil || len(first.Events) != 3 || !first.HasMore {
+		t.Fatalf("first page: %+v, %v", first, err)
+	}
+	second, err := s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: "m1", Limit: 3, StartingAfter: first.Events[2].ID})
+	if err != nil || len(second.Events) != 2 || second.HasMore {
+		t.Fatalf("second page: %+v, %v", second, err)
+	}
+	seen := map[string]bool{}
+	for _, ev := range append(first.Events, second.Events...) {
+		seen[ev.ChargeID] = true
+	}
+	if len(seen) != 5 {
+		t.Fatalf("pages cover %d charges, want 5", len(seen))
+	}
+	one, err := s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: "m1", Limit: 10, ChargeID: ids[2]})
+	if err != nil || len(one.Events) != 1 || one.Events[0].ChargeID != ids[2] {
+		t.Fatalf("by charge: %+v, %v", one, err)
+	}
+	_, err = s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: "m2", Limit: 10, StartingAfter: first.Events[0].ID})
+	wantCode(t, "another merchant's cursor", err, chargeonce.EINVALID)
+
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 5 {
+		t.Fatalf("claimed %d", len(ds))
+	}
+	n, err := s.WebhookEventRedeliver(t.Context(), "m1", one.Events[0].ID)
+	if err != nil || n != 1 {
+		t.Fatalf("redeliver = %d, %v", n, err)
+	}
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 1 || ds[0].Event.ID != one.Events[0].ID {
+		t.Fatalf("after redeliver claimed %+v", ds)
+	}
+	_, err = s.WebhookEventRedeliver(t.Context(), "m2", one.Events[0].ID)
+	wantCode(t, "redeliver another merchant's event", err, chargeonce.ENOTFOUND)
+}

@@ -1,0 +1,193 @@
+package chargeonce
+
+import (
+	"context"
+	"time"
+)
+
+// EndpointStatus is the state of a webhook endpoint.
+type EndpointStatus string
+
+// An endpoint is enabled when created; it is disabled when its receiver
+// answers 410 Gone, or after it failed for WebhookDisableAfter. A disabled
+// endpoint gets no new deliveries.
+const (
+	EndpointEnabled  EndpointStatus = "enabled"
+	EndpointDisabled EndpointStatus = "disabled"
+)
+
+// Event types (SPEC "Settlement events and webhooks").
+const (
+	EventChargeCaptured = "charge.captured"
+	EventChargeDeclined = "charge.declined"
+)
+
+// WebhookSecretOverlap is how long a rotated-out secret keeps signing
+// deliveries beside the new one, so a receiver can switch secrets without
+// refusing a delivery.
+const WebhookSecretOverlap = 24 * time.Hour
+
+// WebhookDisableAfter is how long an endpoint may keep failing (no 2xx
+// since its first failure) before it is disabled.
+const WebhookDisableAfter = 72 * time.Hour
+
+// Limits of a page of events, as for charges.
+const (
+	EventsListDefaultLimit = 10
+	EventsListMaxLimit     = 100
+)
+
+// WebhookEndpoint is a merchant's receiver of settlement events.
+type WebhookEndpoint struct {
+	ID          string
+	MerchantID  string
+	URL         string
+	Description string
+	Status      EndpointStatus
+	// DisabledReason says why a disabled endpoint was disabled.
+	DisabledReason string
+	// Secret signs every delivery. OldSecret, until OldSecretUntil, signs
+	// them too (a rotation's overlap).
+	Secret         string
+	OldSecret      string
+	OldSecretUntil time.Time
+	CreatedAt      time.Time
+}
+
+// Secrets returns the secrets that sign a delivery made at now: the current
+// one, and the rotated-out one while its overlap lasts.
+func (e *WebhookEndpoint) Secrets(now time.Time) []string {
+	s := []string{e.Secret}
+	if e.OldSecret != "" && now.Before(e.OldSecretUntil) {
+		s = append(s, e.OldSecret)
+	}
+	return s
+}
+
+// WebhookEvent is the settlement of one charge, written in the transaction
+// that settled it, for a merchant that had an enabled endpoint then. Its ID
+// is derived from the charge's, so a charge can have one event only.
+type WebhookEvent struct {
+	ID         string
+	MerchantID string
+	ChargeID   string
+	Type       string
+	CreatedAt  time.Time
+}
+
+// WebhookAttempt is one try at delivering an event to an endpoint.
+type WebhookAttempt struct {
+	EventID    string
+	EndpointID string
+	At         time.Time
+	// StatusCode is the receiver's HTTP status, zero when none came back
+	// (Error says why).
+	StatusCode int
+	Error      string
+	Latency    time.Duration
+}
+
+// WebhookDelivery is an event owed to one endpoint, claimed by a sender.
+type WebhookDelivery struct {
+	ID int64
+	// Token identifies the claim; finishing the delivery is a
+	// compare-and-set on it.
+	Token string
+	// Attempts counts the tries made before this one.
+	Attempts int
+	Event    WebhookEvent
+	Endpoint WebhookEndpoint
+}
+
+// WebhookOutcome is what one delivery attempt came to.
+type WebhookOutcome struct {
+	Attempt WebhookAttempt
+	// Delivered is true on a 2xx: the delivery is done.
+	Delivered bool
+	// RetryIn, when not delivered, is when to try again; zero gives up.
+	RetryIn time.Duration
+	// Disable, when not empty, disables the endpoint at once (a 410) with
+	// this reason, and ends its pending deliveries.
+	Disable string
+	// DisableAfter, when positive, disables the endpoint when this attempt
+	// failed and the endpoint has had no 2xx for that long.
+	DisableAfter time.Duration
+}
+
+// WebhookStats describe deliveries not yet made, by the database's clock.
+type WebhookStats struct {
+	Pending           int
+	OldestPendingAge  time.Duration
+	EndpointsDisabled int
+}
+
+// EventsListParams select one page of a merchant's events, newest first.
+type EventsListParams struct {
+	MerchantID string
+	// ChargeID, when not empty, keeps only that charge's event.
+	ChargeID string
+	Limit    int
+	// StartingAfter, an event id, asks for the events older than it.
+	StartingAfter string
+}
+
+// EventsPage is one page of events, newest first.
+type EventsPage struct {
+	Events  []WebhookEvent
+	HasMore bool
+}
+
+// Webhooks is the part of the store behind settlement webhooks. Events are
+// written by the statement that completes an idempotency record (KeyComplete
+// and its batched form), never by a separate call, so a settled charge and
+// its event commit together. It is embedded in Store; storetest checks both
+// stores.
+type Webhooks interface {
+	// WebhookEndpointCreate stores a new enabled endpoint (ID, MerchantID,
+	// URL, Description and Secret set by the caller) and returns it with
+	// its creation time.
+	WebhookEndpointCreate(ctx context.Context, e WebhookEndpoint) (WebhookEndpoint, error)
+	// WebhookEndpointsList returns the merchant's endpoints, oldest first.
+	WebhookEndpointsList(ctx context.Context, merchantID string) ([]WebhookEndpoint, error)
+	// WebhookEndpointDelete removes the merchant's endpoint and its pending
+	// deliveries; ENOTFOUND when it has no such endpoint.
+	WebhookEndpointDelete(ctx context.Context, merchantID, id string) error
+	// WebhookEndpointRotate makes secret the endpoint's secret; the old one
+	// keeps signing for overlap. ENOTFOUND when the merchant has no such
+	// endpoint.
+	WebhookEndpointRotate(ctx context.Context, merchantID, id, secret string, overlap time.Duration) (WebhookEndpoint, error)
+
+	// WebhookEventGet returns the merchant's event with its delivery
+	// attempts, oldest first; ENOTFOUND otherwise.
+	WebhookEventGet(ctx context.Context, merchantID, id string) (WebhookEvent, []WebhookAttempt, error)
+	// WebhookEventsList returns one page of the merchant's events. A cursor
+	// that is not one of the merchant's events is an EINVALID error.
+	WebhookEventsList(ctx context.Context, p EventsListParams) (EventsPage, error)
+	// WebhookEventRedeliver owes the event once more to every enabled
+	// endpoint of its merchant, due now, and returns how many deliveries it
+	// queued; ENOTFOUND when the merchant has no such event.
+	WebhookEventRedeliver(ctx context.Context, merchantID, id string) (int, error)
+
+	// WebhookDeliveriesClaim takes up to limit due deliveries that no
+	// sender holds, holding each for lease with a fresh token, at most
+	// perMerchant of any one merchant and none of the merchants in skip.
+	// Concurrent callers never get the same delivery while its claim runs;
+	// a claim that ends without WebhookDeliveryFinish is handed out again.
+	WebhookDeliveriesClaim(ctx context.Context, lease time.Duration, limit, perMerchant int, skip []string) ([]WebhookDelivery, error)
+	// WebhookDeliveryFinish records the attempt and, if d's claim still
+	// holds, ends the delivery or schedules its next try (see
+	// WebhookOutcome). disabled tells whether it disabled the endpoint.
+	// ESTALE when the claim was lost (the attempt is still recorded).
+	WebhookDeliveryFinish(ctx context.Context, d WebhookDelivery, o WebhookOutcome) (disabled bool, err error)
+	// WebhookStats reports pending deliveries and disabled endpoints.
+	WebhookStats(ctx context.Context) (WebhookStats, error)
+}
+
+// Check reports the first thing wrong with p as an EINVALID error naming
+// its parameter. Both stores call it.
+func (p *EventsListParams) Check() error {
+	if p.Limit < 1 || p.Limit > EventsListMaxLimit {
+		return FieldError("limit", "limit must be between 1 and %d; got %d", EventsListMaxLimit, p.Limit)
+	}
+	return nil
+}
