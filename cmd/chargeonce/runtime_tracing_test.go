@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 	"github.com/chargeonce/chargeonce/tracing"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // With tracing on, the runtime's store is wrapped in spans; the operators'
