@@ -33,6 +33,7 @@ type nemesis struct {
 	rng      *rand.Rand
 	failover bool // may fail over once (long runs)
 	failAt   time.Time
+	weights  map[string]int // overrides faultWeights' weights
 
 	faults  []fault
 	pending []pending
@@ -118,13 +119,19 @@ func (n *nemesis) impaired() int {
 }
 
 func (n *nemesis) inject() {
+	weight := func(kind string, w int) int {
+		if v, ok := n.weights[kind]; ok {
+			return v
+		}
+		return w
+	}
 	total := 0
 	for _, f := range faultWeights {
-		total += f.weight
+		total += weight(f.kind, f.weight)
 	}
 	r, kind := n.rng.IntN(total), ""
 	for _, f := range faultWeights {
-		if r -= f.weight; r < 0 {
+		if r -= weight(f.kind, f.weight); r < 0 {
 			kind = f.kind
 			break
 		}
