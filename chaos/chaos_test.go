@@ -83,8 +83,8 @@ func wantClean(t *testing.T, r *report) {
 type config struct {
 	seed     uint64
 	duration time.Duration
-	tags     string // build tags of the binary under test
-	pair     bool   // a primary with a synchronous standby, failed over once
+	tags     string         // build tags of the binary under test
+	pair     bool           // a primary with a synchronous standby, failed over once
 	weights  map[string]int // the nemesis's fault weights that differ from faultWeights
 }
 

@@ -65,7 +65,7 @@ type cluster struct {
 	serves  []*proc
 	workers []*proc
 	// httpLinks[i] is the clients' way to serves[i].
-	httpLinks []*link
+	httpLinks  []*link
 	failedOver bool
 }
 
