@@ -43,6 +43,9 @@ type link struct {
 	name  string // e.g. "serve-1->postgres"
 	kind  string // postgres, acquirer, http, nats
 	proxy *toxiproxy.Proxy
+	// addr is where the proxy listens, the same after every restart. Read
+	// it, never proxy.Listen, which toxiproxy rewrites as it starts.
+	addr string
 
 	mu     sync.Mutex
 	toxics []string // names of the toxics in place
@@ -101,7 +104,7 @@ func newCluster(t *testing.T, bin string, pair bool) *cluster {
 			if pair {
 				role = []string{"standby", "primary"}[i]
 			}
-			via = append(via, c.newLink(name+"->"+role, "postgres", h).proxy.Listen)
+			via = append(via, c.newLink(name+"->"+role, "postgres", h).addr)
 		}
 		u := "postgres://postgres@" + strings.Join(via, ",") + "/postgres?sslmode=disable&pool_max_conns=6&application_name=" + name
 		if pair {
@@ -114,7 +117,7 @@ func newCluster(t *testing.T, bin string, pair bool) *cluster {
 		acqLink := c.newLink(name+"->acquirer", "acquirer", c.acq.Addr())
 		port := freePort(t)
 		args := append([]string{"serve", "--addr", "127.0.0.1:" + strconv.Itoa(port), "--db", dbURL(name),
-			"--acquirer", "http://" + acqLink.proxy.Listen}, serviceFlags...)
+			"--acquirer", "http://" + acqLink.addr}, serviceFlags...)
 		// The first instance migrates the schema alone; the others start
 		// once it listens.
 		c.serves = append(c.serves, startProc(t, c.dir, bin, name, true, args...))
@@ -124,8 +127,8 @@ func newCluster(t *testing.T, bin string, pair bool) *cluster {
 		name := "worker-" + strconv.Itoa(i+1)
 		acqLink := c.newLink(name+"->acquirer", "acquirer", c.acq.Addr())
 		natsLink := c.newLink(name+"->nats", "nats", strings.TrimPrefix(c.nats.URL, "nats://"))
-		args := append([]string{"worker", "--nats", "nats://" + natsLink.proxy.Listen, "--db", dbURL(name),
-			"--acquirer", "http://" + acqLink.proxy.Listen,
+		args := append([]string{"worker", "--nats", "nats://" + natsLink.addr, "--db", dbURL(name),
+			"--acquirer", "http://" + acqLink.addr,
 			"--ack-wait", "3s", "--max-deliver", "1000", "--outbox-every", "200ms", "--concurrency", "16"}, serviceFlags...)
 		c.workers = append(c.workers, startProc(t, c.dir, bin, name, false, args...))
 	}
@@ -139,7 +142,7 @@ func (c *cluster) newLink(name, kind, upstream string) *link {
 	if err := p.Start(); err != nil {
 		c.t.Fatalf("toxiproxy %s: %v", name, err)
 	}
-	l := &link{name: name, kind: kind, proxy: p}
+	l := &link{name: name, kind: kind, proxy: p, addr: p.Listen}
 	c.links = append(c.links, l)
 	return l
 }
@@ -194,7 +197,7 @@ func (c *cluster) instances() []*proc { return append(append([]*proc{}, c.serves
 func (c *cluster) httpBases() []string {
 	out := make([]string, len(c.httpLinks))
 	for i, l := range c.httpLinks {
-		out[i] = "http://" + l.proxy.Listen
+		out[i] = "http://" + l.addr
 	}
 	return out
 }
