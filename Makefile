@@ -14,7 +14,7 @@ test: ## the README's test command (finds or starts PostgreSQL by itself)
 	go test -race ./...
 
 test-v: ## the tests, printing their measurements (latencies, counts)
-	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown|Failover|InsertCommitted|LateSettlement|Forgetful|Redrive|NeverSendsAReference|StuckGauge|QueueBurst|ClusterNodeKilled|OpenAPIConformance|Flood|FairQueue|Fairness|ListChargesBounded|MigrateOnline|RollingUpgrade|ThroughPgBouncerUnderLoad|RecoveryAgainstStripeFake' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
+	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown|Failover|InsertCommitted|LateSettlement|Forgetful|Redrive|NeverSendsAReference|StuckGauge|QueueBurst|ClusterNodeKilled|OpenAPIConformance|Flood|FairQueue|Fairness|ListChargesBounded|MigrateOnline|RollingUpgrade|ThroughPgBouncerUnderLoad|RecoveryAgainstStripeFake|Chaos' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
 
 lint: ## golangci-lint (the version pinned in go.mod; checks in .golangci.yml)
 	go tool golangci-lint run ./...
