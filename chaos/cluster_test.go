@@ -45,7 +45,9 @@ type link struct {
 	proxy *toxiproxy.Proxy
 	// addr is where the proxy listens, the same after every restart. Read
 	// it, never proxy.Listen, which toxiproxy rewrites as it starts.
-	addr string
+	addr     string
+	upstream string
+	tox      *toxiproxy.ApiServer
 
 	mu     sync.Mutex
 	toxics []string // names of the toxics in place
@@ -90,7 +92,9 @@ func newCluster(t *testing.T, bin string, pair bool) *cluster {
 	c.tox = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	t.Cleanup(func() {
 		for _, l := range c.links {
+			l.mu.Lock()
 			l.proxy.Stop()
+			l.mu.Unlock()
 		}
 	})
 
@@ -142,7 +146,7 @@ func (c *cluster) newLink(name, kind, upstream string) *link {
 	if err := p.Start(); err != nil {
 		c.t.Fatalf("toxiproxy %s: %v", name, err)
 	}
-	l := &link{name: name, kind: kind, proxy: p, addr: p.Listen}
+	l := &link{name: name, kind: kind, proxy: p, addr: p.Listen, upstream: upstream, tox: c.tox}
 	c.links = append(c.links, l)
 	return l
 }
@@ -160,22 +164,23 @@ func (l *link) addToxic(typ, stream string, toxicity float64, attrs string) (str
 	return name, nil
 }
 
-// heal removes every toxic of l and brings it back up.
+// heal takes every toxic off l and brings it back up. It replaces the
+// proxy rather than removing its toxics: toxiproxy's RemoveToxic can wait
+// forever for a link whose connection is gone (seen: a 30-minute run's
+// nemesis stuck in chainRemoveToxic), while stopping a proxy closes its
+// connections and a new one starts clean on the same address.
 func (l *link) heal() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, name := range l.toxics {
-		if err := l.proxy.Toxics.RemoveToxic(context.Background(), name); err != nil {
-			return fmt.Errorf("removing %s from %s: %w", name, l.name, err)
-		}
+	if len(l.toxics) == 0 && !l.down {
+		return nil
 	}
-	l.toxics = nil
-	if l.down {
-		l.down = false
-		if err := l.proxy.Start(); err != nil {
-			return fmt.Errorf("bringing %s up: %w", l.name, err)
-		}
+	l.proxy.Stop()
+	p := toxiproxy.NewProxy(l.tox, l.name, l.addr, l.upstream)
+	if err := p.Start(); err != nil {
+		return fmt.Errorf("bringing %s up: %w", l.name, err)
 	}
+	l.proxy, l.toxics, l.down = p, nil, false
 	return nil
 }
 

@@ -61,7 +61,7 @@ func (n *nemesis) run(until time.Time) {
 			n.healDue(false)
 			time.Sleep(50 * time.Millisecond)
 		}
-		if n.failover && !n.failAt.IsZero() && time.Now().After(n.failAt) {
+		if n.failover && !n.failAt.IsZero() && time.Now().After(n.failAt) && !n.pgDown {
 			n.failAt = time.Time{}
 			n.failOver()
 			continue
@@ -178,7 +178,16 @@ func (n *nemesis) inject() {
 		if kind == "kill" {
 			p.kill()
 			n.later(i, n.between(300*time.Millisecond, 2*time.Second), func() error {
-				return p.run(strings.HasPrefix(p.name, "serve"))
+				if err := p.run(strings.HasPrefix(p.name, "serve")); err != nil {
+					return err
+				}
+				// A worker that cannot start (the database down) exits:
+				// healDue tries again.
+				time.Sleep(500 * time.Millisecond)
+				if !p.alive() {
+					return fmt.Errorf("%s exited after its restart:\n%s", p.name, tailOf(p.logSince(0), 5))
+				}
+				return nil
 			})
 			return
 		}
@@ -223,7 +232,7 @@ func (n *nemesis) inject() {
 // failOver crashes the primary and promotes the synchronous standby; the
 // instances' URLs name both, with target_session_attrs=read-write.
 func (n *nemesis) failOver() {
-	if n.pgDown || n.c.pair == nil {
+	if n.c.pair == nil {
 		return
 	}
 	i := n.record("failover", "postgres primary -> standby")
