@@ -1,5 +1,5 @@
 # The common tasks, with one obvious spelling each. `make help` lists them.
-.PHONY: help run test test-v lint bench bench-full fuzz
+.PHONY: help run test test-v lint bench bench-full fuzz chaos
 
 # How long `make fuzz` runs each fuzz target: FUZZTIME=5m make fuzz.
 FUZZTIME ?= 30s
@@ -14,7 +14,7 @@ test: ## the README's test command (finds or starts PostgreSQL by itself)
 	go test -race ./...
 
 test-v: ## the tests, printing their measurements (latencies, counts)
-	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown|Failover|InsertCommitted|LateSettlement|Forgetful|Redrive|NeverSendsAReference|StuckGauge|QueueBurst|ClusterNodeKilled|OpenAPIConformance|Flood|FairQueue|Fairness|ListChargesBounded|MigrateOnline|RollingUpgrade|ThroughPgBouncerUnderLoad|RecoveryAgainstStripeFake|OneTraceFromRequest|BatchSpanLinks|TraceFollowsAMessage|TracesExportedOverOTLP|StripeStorm|HonoursRetryAfter|SuiteFailsBrokenAdapters|ResolveRacesRecovery|CommonPathWritesNoHistoryRows|ConsoleInBrowser|WebhookStorm|DeadEndpointDoesNotDelayOthers|RetriesThenSucceeds' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
+	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown|Failover|InsertCommitted|LateSettlement|Forgetful|Redrive|NeverSendsAReference|StuckGauge|QueueBurst|ClusterNodeKilled|OpenAPIConformance|Flood|FairQueue|Fairness|ListChargesBounded|MigrateOnline|RollingUpgrade|ThroughPgBouncerUnderLoad|RecoveryAgainstStripeFake|OneTraceFromRequest|BatchSpanLinks|TraceFollowsAMessage|TracesExportedOverOTLP|StripeStorm|HonoursRetryAfter|SuiteFailsBrokenAdapters|ResolveRacesRecovery|CommonPathWritesNoHistoryRows|ConsoleInBrowser|WebhookStorm|DeadEndpointDoesNotDelayOthers|RetriesThenSucceeds|Chaos' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'
 
 lint: ## golangci-lint (the version pinned in go.mod; checks in .golangci.yml)
 	go tool golangci-lint run ./...
@@ -35,3 +35,13 @@ fuzz: ## every native fuzz target (func FuzzXxx), each for FUZZTIME (default 30s
 	  done; \
 	done; \
 	if [ $$found = 0 ]; then echo "no fuzz targets yet (func FuzzXxx(f *testing.F) in a _test.go file)"; fi
+
+# How long `make chaos` runs, and the seed it replays (empty: a random one,
+# printed): CHAOS_TIME=30m make chaos, CHAOS_SEED=123456 make chaos.
+CHAOS_TIME ?= 5m
+CHAOS_SEED ?=
+CHAOS_OUT ?= chaos-out
+
+chaos: ## the nemesis suite for CHAOS_TIME (default 5m), seed printed; history in CHAOS_OUT (docs/testing.md)
+	CHAOS_TIME=$(CHAOS_TIME) CHAOS_SEED=$(CHAOS_SEED) CHAOS_OUT=$(abspath $(CHAOS_OUT)) \
+	  go test -count=1 -timeout 0 -v -run '^TestChaos$$' ./chaos/

@@ -516,7 +516,7 @@ func (e *Engine) Recover(ctx context.Context, rec chargeonce.KeyRecord, backoff 
 // reference only when the lookup says sending it cannot move money twice
 // (chargeonce.LookupSafeToSend).
 func (e *Engine) redrive(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering bool) Response {
-	return e.run(ctx, rec, token, backoff, recovering, true)
+	return e.run(ctx, rec, token, backoff, recovering, !skipLookupBeforeRedrive)
 }
 
 // acquire asks the acquirer for rec's outcome: a lookup first when

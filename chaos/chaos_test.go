@@ -1,0 +1,273 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/queue"
+)
+
+// ciSeeds are the seeds `go test ./chaos/` runs, each for ciTime: fixed,
+// so that CI runs the same schedules every time.
+var ciSeeds = []uint64{1, 2}
+
+const (
+	ciTime = 15 * time.Second
+	// DefaultTime is how long `make chaos` runs without CHAOS_TIME.
+	defaultTime = 5 * time.Minute
+	// failoverAfter is the shortest run that fails PostgreSQL over once.
+	failoverAfter = time.Minute
+	clients       = 8
+)
+
+// TestChaos runs the nemesis suite: with CHAOS_TIME (or CHAOS_SEED) set,
+// one run that long with that seed (a random one, printed, without
+// CHAOS_SEED); otherwise the CI version, a short run for each seed of a
+// fixed list. Any anomaly fails it, naming the intent.
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	long, seed := os.Getenv("CHAOS_TIME"), os.Getenv("CHAOS_SEED")
+	if long == "" && seed == "" {
+		for _, s := range ciSeeds {
+			t.Run("seed="+strconv.FormatUint(s, 10), func(t *testing.T) {
+				wantClean(t, runChaos(t, config{seed: s, duration: ciTime}))
+			})
+		}
+		return
+	}
+	d := defaultTime
+	if long != "" {
+		var err error
+		if d, err = time.ParseDuration(long); err != nil || d <= 0 {
+			t.Fatalf("CHAOS_TIME=%q: want a positive duration such as 30m", long)
+		}
+	}
+	s := rand.Uint64() % 1_000_000 //nolint:gosec // G404: a seed to print and replay
+	if seed != "" {
+		var err error
+		if s, err = strconv.ParseUint(seed, 10, 64); err != nil {
+			t.Fatalf("CHAOS_SEED=%q: want an unsigned integer", seed)
+		}
+	}
+	t.Logf("chaos: seed %d, %s (replay with CHAOS_SEED=%d CHAOS_TIME=%s make chaos)", s, d, s, d)
+	wantClean(t, runChaos(t, config{seed: s, duration: d, pair: d >= failoverAfter}))
+}
+
+func wantClean(t *testing.T, r *report) {
+	t.Helper()
+	if len(r.anomalies) > 0 {
+		var b strings.Builder
+		for _, a := range r.anomalies {
+			b.WriteString("\n  " + a.String())
+		}
+		t.Errorf("%d anomalies (seed %d; history and visualisations in %s):%s", len(r.anomalies), r.seed, r.dir, b.String())
+	}
+}
+
+// config is one run.
+type config struct {
+	seed     uint64
+	duration time.Duration
+	tags     string         // build tags of the binary under test
+	pair     bool           // a primary with a synchronous standby, failed over once
+	weights  map[string]int // the nemesis's fault weights that differ from faultWeights
+}
+
+// report is what a run found.
+type report struct {
+	seed      uint64
+	dir       string // where the history, the seed and visualisations went
+	intents   int
+	ops       map[string]int // by via/outcome
+	faults    map[string]int
+	anomalies []anomaly
+}
+
+// runChaos runs the system under the nemesis for cfg.duration, heals it,
+// learns every intent's final answer, reads the acquirer's ledger and
+// checks the history.
+func runChaos(t *testing.T, cfg config) *report {
+	t.Helper()
+	bin := binary(t, cfg.tags)
+	c := newCluster(t, bin, cfg.pair)
+	h := newHistory()
+
+	nc, err := nats.Connect(c.nats.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.EnsureStreams(t.Context(), js, queue.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 32
+	w := &workload{c: c, h: h, seed: cfg.seed, baseOrd: time.Now().UnixNano() % 1e9 * 1000, byKey: map[string]int{},
+		hc: &http.Client{Transport: tr}, nc: nc, js: js}
+	defer tr.CloseIdleConnections()
+	if err := w.startResults(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.results.stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() { w.client(ctx, i) })
+	}
+	nem := &nemesis{c: c, h: h, rng: rand.New(rand.NewPCG(cfg.seed, 0xc4a05)), failover: cfg.pair, weights: cfg.weights} //nolint:gosec // G404: a seeded schedule
+	if cfg.pair {
+		nem.failAt = time.Now().Add(cfg.duration * 2 / 5)
+	}
+	nem.run(time.Now().Add(cfg.duration))
+	wg.Wait() // every client finishes the intent it was running
+	end := h.now()
+
+	// Healed: every intent whose calls got no final answer is settled by
+	// recovery; one more call learns its answer.
+	// Records that failed many times rest for recovery's back-off (up to
+	// minutes) first; one still processing after the wait is checked as an
+	// intent whose answer is unknown (at most one capture).
+	settle := min(max(cfg.duration/10, 10*time.Second), 3*time.Minute)
+	if n, err := c.waitSettled(settle); n > 0 || err != nil {
+		t.Logf("%s after healing, %d records still processing (%v)", settle, n, err)
+	}
+	var final sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	answered := map[int]bool{}
+	for _, r := range h.records() {
+		if r.Out.Kind == outFinal || r.Out.Kind == outReused {
+			answered[r.Intent] = true
+		}
+	}
+	for _, in := range w.all() {
+		if answered[in.ID] {
+			continue
+		}
+		sem <- struct{}{}
+		final.Go(func() {
+			defer func() { <-sem }()
+			w.httpCall(4000, in, 1)
+		})
+	}
+	final.Wait()
+
+	// The acquirer's ledger, read after everything else.
+	acq := acquirer.NewClient("http://"+c.acq.Addr(), &http.Client{Timeout: 10 * time.Second})
+	for _, in := range w.all() {
+		call := h.now()
+		list, err := acq.ListByOrder(t.Context(), in.Order, merchant)
+		if err != nil {
+			t.Fatalf("reading the acquirer's ledger for order %d: %v", in.Order, err)
+		}
+		o := output{Kind: opLedger}
+		for _, cp := range list {
+			switch cp.Status {
+			case "captured":
+				o.Captured++
+			case "declined":
+				o.Declined++
+			}
+		}
+		h.add(record{Intent: in.ID, Client: 5000, In: input{Kind: opLedger, Via: "acquirer"}, Out: o, Call: call, Ret: h.now()})
+	}
+
+	r := &report{seed: cfg.seed, intents: len(w.all()), ops: map[string]int{}, faults: nem.counts()}
+	recs := h.records()
+	for _, rec := range recs {
+		if rec.In.Kind == opCharge {
+			r.ops[rec.In.Via+"/"+rec.Out.Kind]++
+		}
+	}
+	r.dir = outputDir(t, cfg.seed)
+	r.anomalies = check(w.all(), recs, nem.faults, r.dir)
+	writeHistory(t, r, w.all(), recs, nem.faults)
+	for _, e := range nem.errs {
+		t.Logf("nemesis: %s", e)
+	}
+
+	total := 0
+	var parts []string
+	for k, v := range r.ops {
+		total += v
+		parts = append(parts, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(parts)
+	var fs []string
+	nf := 0
+	for k, v := range r.faults {
+		nf += v
+		fs = append(fs, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(fs)
+	t.Logf("chaos seed %d: %s of load, %d intents, %d charge operations (%s); %d faults (%s); %d anomalies; history in %s",
+		cfg.seed, time.Duration(end).Round(time.Second), r.intents, total, strings.Join(parts, ", "), nf, strings.Join(fs, ", "), len(r.anomalies), r.dir)
+	if nf == 0 || total == 0 {
+		t.Errorf("a run with %d faults and %d operations proves nothing", nf, total)
+	}
+	return r
+}
+
+// outputDir is where a run writes its history, seed and visualisations:
+// CHAOS_OUT when set (make chaos sets it), else a directory that outlives
+// the test, so a failed run can be looked at and replayed.
+func outputDir(t *testing.T, seed uint64) string {
+	t.Helper()
+	base := os.Getenv("CHAOS_OUT")
+	if base != "" {
+		if err := os.MkdirAll(base, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, err := os.MkdirTemp(base, fmt.Sprintf("chaos-seed%d-", seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// writeHistory writes the seed, the summary and the whole history into the
+// run's directory; the directory is removed again when the run was clean
+// and CHAOS_OUT is unset.
+func writeHistory(t *testing.T, r *report, intents []*intent, recs []record, faults []fault) {
+	t.Helper()
+	write := func(name string, v any) {
+		b, err := json.MarshalIndent(v, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(r.dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("seed.json", map[string]any{"seed": r.seed, "replay": fmt.Sprintf("CHAOS_SEED=%d make chaos", r.seed),
+		"intents": r.intents, "operations": r.ops, "faults": r.faults, "anomalies": len(r.anomalies)})
+	write("intents.json", intents)
+	write("history.json", recs)
+	write("faults.json", faults)
+	t.Cleanup(func() {
+		if !t.Failed() && len(r.anomalies) == 0 && os.Getenv("CHAOS_OUT") == "" {
+			os.RemoveAll(r.dir)
+		}
+	})
+}
