@@ -76,6 +76,22 @@ func plausibleWebhookID(id string) bool {
 	return id != "" && len(id) <= maxWebhookIDLen && plausibleChargeID(id)
 }
 
+// webhookTarget authenticates r and reads the endpoint's or event's id in
+// its path (what names which, for the 404); false when it has answered.
+func (s *Server) webhookTarget(w http.ResponseWriter, r *http.Request, what string) (chargeonce.Merchant, string, bool) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return chargeonce.Merchant{}, "", false
+	}
+	id := r.PathValue("id")
+	if !plausibleWebhookID(id) {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no %s has that id", what))
+		return chargeonce.Merchant{}, "", false
+	}
+	return merchant, id, true
+}
+
 func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 	merchant, err := s.keys.authenticate(r)
 	if err != nil {
@@ -155,14 +171,8 @@ func (s *Server) handleListEndpoints(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	id := r.PathValue("id")
-	if !plausibleWebhookID(id) {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
 		return
 	}
 	if err := s.store.WebhookEndpointDelete(r.Context(), merchant.ID, id); err != nil {
@@ -174,14 +184,8 @@ func (s *Server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRotateSecret(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	id := r.PathValue("id")
-	if !plausibleWebhookID(id) {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
 		return
 	}
 	e, err := s.store.WebhookEndpointRotate(r.Context(), merchant.ID, id, webhook.NewSecret(), chargeonce.WebhookSecretOverlap)
@@ -258,14 +262,8 @@ func (s *Server) handleListEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	id := r.PathValue("id")
-	if !plausibleWebhookID(id) {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no event has that id"))
+	merchant, id, ok := s.webhookTarget(w, r, "event")
+	if !ok {
 		return
 	}
 	ev, attempts, err := s.store.WebhookEventGet(r.Context(), merchant.ID, id)
@@ -300,14 +298,8 @@ func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	id := r.PathValue("id")
-	if !plausibleWebhookID(id) {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no event has that id"))
+	merchant, id, ok := s.webhookTarget(w, r, "event")
+	if !ok {
 		return
 	}
 	n, err := s.store.WebhookEventRedeliver(r.Context(), merchant.ID, id)
