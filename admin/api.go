@@ -268,14 +268,24 @@ func (s *Server) apiResolve(w http.ResponseWriter, r *http.Request, admin string
 	}{chargeJSON(&res.Charge), *entryJSON(&res.Audit)})
 }
 
-func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, _ string) error {
+// auditParams reads a page of the audit trail from r's query (?before=ID),
+// for the API and the console alike.
+func auditParams(r *http.Request) (chargeonce.AuditListParams, error) {
 	p := chargeonce.AuditListParams{Limit: chargeonce.StuckListDefaultLimit}
 	if v := r.URL.Query().Get("before"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return chargeonce.FieldError("before", "before must be an audit entry's id")
+			return p, chargeonce.FieldError("before", "before must be an audit entry's id")
 		}
 		p.Before = n
+	}
+	return p, nil
+}
+
+func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, _ string) error {
+	p, err := auditParams(r)
+	if err != nil {
+		return err
 	}
 	es, err := s.ops.AuditList(r.Context(), p)
 	if err != nil {

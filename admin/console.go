@@ -399,13 +399,9 @@ func (s *Server) resolveForm(w http.ResponseWriter, r *http.Request, ss *session
 }
 
 func (s *Server) auditPage(w http.ResponseWriter, r *http.Request, ss *session) error {
-	p := chargeonce.AuditListParams{Limit: chargeonce.StuckListDefaultLimit}
-	if v := r.URL.Query().Get("before"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return chargeonce.FieldError("before", "before must be an audit entry's id")
-		}
-		p.Before = n
+	p, err := auditParams(r)
+	if err != nil {
+		return err
 	}
 	es, err := s.ops.AuditList(r.Context(), p)
 	if err != nil {
