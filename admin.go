@@ -38,6 +38,9 @@ const (
 	// HistoryResolveRefused is a resolution refused because the acquirer
 	// disagreed.
 	HistoryResolveRefused HistoryKind = "resolve-refused"
+	// HistoryWebhook is one delivery attempt of the charge's settlement
+	// event, read from the webhook tables (never stored as history).
+	HistoryWebhook HistoryKind = "webhook"
 )
 
 // HistoryEntry is one step of a charge's history. Entries are

@@ -388,3 +388,51 @@ func TestCommonPathWritesNoHistoryRows(t *testing.T) {
 		t.Fatalf("DELETE of charge_history: %v, want refused", err)
 	}
 }
+
+// TestTimelineShowsEventDeliveries: a settled charge's timeline ends with
+// its settlement event's delivery attempts, read from the webhook tables
+// (nothing more is written for them), on both stores.
+func TestTimelineShowsEventDeliveries(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, kind)
+			if _, err := e.store.WebhookEndpointCreate(t.Context(), chargeonce.WebhookEndpoint{
+				ID: "we_timeline", MerchantID: "demo", URL: "https://example.com/hook", Secret: "whsec_dGVzdHRlc3R0ZXN0dGVzdA==",
+			}); err != nil {
+				t.Fatal(err)
+			}
+			body := fmt.Sprintf(`{"order_id":%d,"amount_cents":700,"payment_token":"tok_ok"}`, e.orders.Add(1))
+			r := apitest.Charge(t, e.api.URL, "with-endpoint", body)
+			if r.Status != 201 {
+				t.Fatalf("charge: %d %s", r.Status, r.Body)
+			}
+			var ch struct{ ID string }
+			_ = json.Unmarshal(r.Body, &ch)
+			ds, err := e.store.WebhookDeliveriesClaim(t.Context(), time.Minute, 10, 10, nil)
+			if err != nil || len(ds) != 1 {
+				t.Fatalf("deliveries claimed: %+v, %v; want the charge's event", ds, err)
+			}
+			for _, o := range []chargeonce.WebhookOutcome{
+				{Attempt: chargeonce.WebhookAttempt{StatusCode: 500}, RetryIn: time.Millisecond},
+			} {
+				o.Attempt.EventID, o.Attempt.EndpointID, o.Attempt.At = ds[0].Event.ID, ds[0].Endpoint.ID, time.Now()
+				if _, err := e.store.WebhookDeliveryFinish(t.Context(), ds[0], o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, b := e.call(t, "GET", "/admin/v1/charges/"+ch.ID, aliceKey, nil)
+			var d admin.ChargeDetailJSON
+			if err := json.Unmarshal(b, &d); err != nil {
+				t.Fatal(err)
+			}
+			if got := historyKinds(d.History); got != "inserted capture settled webhook" {
+				t.Fatalf("timeline %q, want the delivery attempt after the settlement: %s", got, b)
+			}
+			if w := d.History[3]; w.Outcome != "500" || !strings.Contains(w.Detail, "we_timeline") {
+				t.Fatalf("delivery entry = %+v", w)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -224,7 +225,43 @@ func (s *Server) detail(r *http.Request, id string) (chargeonce.ChargeInspection
 	if err != nil {
 		return in, nil, err
 	}
-	return in, Timeline(in, stored), nil
+	deliveries, err := s.deliveries(r.Context(), in.Charge)
+	if err != nil {
+		return in, nil, err
+	}
+	return in, append(Timeline(in, stored), deliveries...), nil
+}
+
+// deliveries are the attempts to deliver ch's settlement event, oldest
+// first: none while it is processing or when its merchant had no endpoint.
+func (s *Server) deliveries(ctx context.Context, ch chargeonce.Charge) ([]chargeonce.HistoryEntry, error) {
+	if ch.Status == chargeonce.StatusProcessing {
+		return nil, nil
+	}
+	page, err := s.store.WebhookEventsList(ctx, chargeonce.EventsListParams{MerchantID: ch.MerchantID, ChargeID: ch.ID, Limit: 1})
+	if err != nil || len(page.Events) == 0 {
+		return nil, err
+	}
+	_, attempts, err := s.store.WebhookEventGet(ctx, ch.MerchantID, page.Events[0].ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]chargeonce.HistoryEntry, len(attempts))
+	for i, a := range attempts {
+		outcome := "no answer"
+		if a.StatusCode != 0 {
+			outcome = strconv.Itoa(a.StatusCode)
+		}
+		detail := a.EventID + " to " + a.EndpointID
+		if a.Error != "" {
+			detail += ": " + a.Error
+		}
+		out[i] = chargeonce.HistoryEntry{
+			ChargeID: ch.ID, MerchantID: ch.MerchantID, At: a.At, Kind: chargeonce.HistoryWebhook,
+			Actor: "webhook sender", Outcome: outcome, Detail: detail, Derived: true,
+		}
+	}
+	return out, nil
 }
 
 func (s *Server) apiCharge(w http.ResponseWriter, r *http.Request, _ string) error {
