@@ -224,12 +224,14 @@ func TestSameKeyAndBodyOnEveryAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateCharge: %v", err)
 	}
-	if !ch.Replayed || ch.Attempts != 4 {
-		t.Fatalf("Replayed = %v, Attempts = %d; want a replay on attempt 4", ch.Replayed, ch.Attempts)
+	// Attempt 4 normally replays; on a loaded machine it can itself outlast
+	// the 200ms attempt timeout (CI saw 5 attempts), and a later one replays.
+	if !ch.Replayed || ch.Attempts < 4 {
+		t.Fatalf("Replayed = %v, Attempts = %d; want a replay on attempt 4 or later", ch.Replayed, ch.Attempts)
 	}
 	reqs := p.requests()
-	if len(reqs) != 4 {
-		t.Fatalf("proxy saw %d requests, want 4", len(reqs))
+	if len(reqs) != ch.Attempts {
+		t.Fatalf("proxy saw %d requests, want one per attempt (%d)", len(reqs), ch.Attempts)
 	}
 	if key := sameOnEveryAttempt(t, reqs); key != req.IdempotencyKey {
 		t.Fatalf("key sent = %q, want the caller's %q", key, req.IdempotencyKey)
