@@ -23,7 +23,7 @@ import (
 const clusterIntents = 400
 
 // TestClusterNodeKilled runs the queue on a three-node JetStream cluster
-// (in-process servers, both streams and the consumer with three replicas)
+// (nats-server processes, both streams and the consumer with three replicas)
 // with two workers on connections of their own, and shuts down the node
 // leading the request stream once a third of the burst is acked. Nothing is
 // lost (every intent has a result, nothing pending or unacked) and nothing

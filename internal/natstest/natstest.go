@@ -178,7 +178,7 @@ func (s *Server) logTail() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// Cluster is a JetStream cluster of in-process servers.
+// Cluster is a JetStream cluster of server processes.
 type Cluster struct {
 	Servers []*Server
 }
