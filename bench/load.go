@@ -205,7 +205,6 @@ func accepts(workload string, checkFlag bool, status int, replayed bool) bool {
 // what they did to res when res is not nil.
 func (b *bench) slice(ctx context.Context, workload string, w *way, clients []client, hists []*hdrhistogram.Histogram, d time.Duration, res *result) error {
 	n := len(clients)
-	src := b.newSource(workload, w.name, n, time.Now().Add(d))
 	var (
 		wg       sync.WaitGroup
 		requests atomic.Int64
@@ -217,7 +216,11 @@ func (b *bench) slice(ctx context.Context, workload string, w *way, clients []cl
 	if res != nil {
 		before = b.sampleCost(ctx, w)
 	}
+	// The slice's deadline starts after the cost sample, which can take a
+	// while on a loaded machine (it queries PostgreSQL and reads /proc): a
+	// deadline set before it left slices with no time at all.
 	start := time.Now()
+	src := b.newSource(workload, w.name, n, start.Add(d))
 	for i := range n {
 		wg.Go(func() {
 			cl := clients[i]
