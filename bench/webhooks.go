@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/chargeonce/chargeonce"
 )
 
 // webhookReceiver is the webhooks way's endpoint: a loopback server in the
@@ -16,6 +18,50 @@ import (
 type webhookReceiver struct {
 	srv       *http.Server
 	delivered atomic.Int64
+	// backlog and drain are the most deliveries pending when one of the
+	// way's slices ended, and the longest wait for them.
+	backlog int
+	drain   time.Duration
+}
+
+// webhookStatser is the stores' count of pending deliveries.
+type webhookStatser interface {
+	WebhookStats(ctx context.Context) (chargeonce.WebhookStats, error)
+}
+
+// drainTimeout bounds the wait for one slice's deliveries.
+const drainTimeout = time.Minute
+
+// drainWebhooks waits until no delivery is pending, so that the webhooks
+// way's deliveries run in its own measured time rather than under the next
+// way's load.
+func (b *bench) drainWebhooks(ctx context.Context) error {
+	st, ok := b.parent.store.(webhookStatser)
+	if !ok {
+		return fmt.Errorf("the %s way needs a store that counts its webhook deliveries", wayWebhooks)
+	}
+	start := time.Now()
+	for first := true; ; first = false {
+		s, err := st.WebhookStats(ctx)
+		if err != nil {
+			return fmt.Errorf("counting the webhook deliveries: %w", err)
+		}
+		if first {
+			b.webhooks.backlog = max(b.webhooks.backlog, s.Pending)
+		}
+		if s.Pending == 0 {
+			b.webhooks.drain = max(b.webhooks.drain, time.Since(start))
+			return nil
+		}
+		if time.Since(start) > drainTimeout {
+			return fmt.Errorf("%d webhook deliveries still pending %s after a slice of the %s way", s.Pending, drainTimeout, wayWebhooks)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // setupWebhooks starts the chargeonce+webhooks way: its own serve child for
@@ -71,7 +117,8 @@ func (b *bench) reportWebhooks(w io.Writer) {
 		return
 	}
 	rc := b.ratioClients()
-	fmt.Fprintf(w, "\nwebhooks (a merchant with an endpoint on loopback; %d deliveries received, every one answered 204):\n", b.webhooks.delivered.Load())
+	fmt.Fprintf(w, "\nwebhooks (a merchant with an endpoint on loopback; %d deliveries received, every one answered 204;\n  each slice of the way waits for its deliveries and counts that time: up to %d pending at a slice's end, drained in up to %s):\n",
+		b.webhooks.delivered.Load(), b.webhooks.backlog, fmtDur(b.webhooks.drain))
 	for _, wl := range []string{WorkloadNew, WorkloadContended} {
 		co, wh := b.find(wl, rc, wayChargeonce), b.find(wl, rc, wayWebhooks)
 		if co == nil || wh == nil || co.rps() == 0 {

@@ -91,3 +91,33 @@ func TestBenchBadFlagsNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// --webhooks adds the way chargeonce+webhooks, a real serve whose merchant
+// has an endpoint on loopback: its deliveries are received, each of its
+// slices waits for them (so that they are not measured under the next
+// way's load), and the report prints its cost against chargeonce without
+// an endpoint.
+func TestBenchWebhooksRunsTheRealServe(t *testing.T) {
+	t.Setenv(benchTestChild, "1")
+	path := filepath.Join(t.TempDir(), "bench.db")
+	var out, errb apitest.Buffer
+	err := Main(context.Background(), []string{"bench", "--db", "sqlite:" + path, "--webhooks",
+		"--duration", "200ms", "--rounds", "2", "--warmup", "10ms", "--concurrency", "2",
+		"--group", "2", "--workloads", "new,contended", "--preload", "0"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("bench --webhooks: %v\n%s", err, errb.String())
+	}
+	report := out.String()
+	m := regexp.MustCompile(`webhooks \(a merchant with an endpoint on loopback; (\d+) deliveries received, every one answered 204;\n  each slice of the way waits for its deliveries and counts that time: up to (\d+) pending at a slice's end, drained in up to ([^)]+)\)`).FindStringSubmatch(report)
+	if m == nil {
+		t.Fatalf("the report lacks the webhooks section with its drain\n%s", report)
+	}
+	if m[1] == "0" {
+		t.Errorf("no delivery received\n%s", report)
+	}
+	for _, wl := range []string{"new", "contended"} {
+		if !regexp.MustCompile(wl + ` at 2 clients: [1-9]\d* req/s \(p99 [^)]+\) against [1-9]\d* req/s \(p99 [^)]+\) without an endpoint: \d+\.\d\d`).MatchString(report) {
+			t.Errorf("the report lacks the webhooks cost of %s\n%s", wl, report)
+		}
+	}
+}
