@@ -114,6 +114,20 @@ type WebhookOutcome struct {
 	DisableAfter time.Duration
 }
 
+// DeliveryState is the state a delivery is left in by this outcome
+// ("succeeded", "failed" or "pending") and, when pending, how long until
+// its next attempt: the stores' one rule.
+func (o WebhookOutcome) DeliveryState() (state string, next time.Duration) {
+	switch {
+	case o.Delivered:
+		return "succeeded", 0
+	case o.Disable != "" || o.RetryIn <= 0:
+		return "failed", 0
+	default:
+		return "pending", o.RetryIn
+	}
+}
+
 // WebhookStats describe deliveries not yet made, by the database's clock.
 type WebhookStats struct {
 	Pending           int

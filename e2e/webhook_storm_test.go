@@ -17,6 +17,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
+	"github.com/chargeonce/chargeonce/webhook"
 )
 
 // stormReceiver is a merchant's webhook endpoint on loopback: it verifies
@@ -223,14 +224,7 @@ func TestWebhookStorm(t *testing.T) {
 	)
 	for id, cs := range recv.copies {
 		copies += len(cs)
-		var ev struct {
-			ID        string    `json:"id"`
-			Type      string    `json:"type"`
-			CreatedAt time.Time `json:"created_at"`
-			Data      struct {
-				Object json.RawMessage `json:"object"`
-			} `json:"data"`
-		}
+		var ev webhook.Event
 		if err := json.Unmarshal(cs[0].body, &ev); err != nil {
 			t.Fatalf("event %s: %v", id, err)
 		}

@@ -305,15 +305,7 @@ func (s *Store) WebhookDeliveryFinish(ctx context.Context, d chargeonce.WebhookD
 		c := int32(a.StatusCode) //nolint:gosec // G115: an HTTP status
 		code = &c
 	}
-	state, next := "pending", time.Duration(0)
-	switch {
-	case o.Delivered:
-		state = "succeeded"
-	case o.Disable != "" || o.RetryIn <= 0:
-		state = "failed"
-	default:
-		next = o.RetryIn
-	}
+	state, next := o.DeliveryState()
 	var (
 		claimed  bool
 		disabled bool

@@ -310,15 +310,7 @@ func (s *Store) WebhookDeliveryFinish(ctx context.Context, d chargeonce.WebhookD
 	if a.StatusCode != 0 {
 		code = a.StatusCode
 	}
-	state, next := "pending", time.Duration(0)
-	switch {
-	case o.Delivered:
-		state = "succeeded"
-	case o.Disable != "" || o.RetryIn <= 0:
-		state = "failed"
-	default:
-		next = o.RetryIn
-	}
+	state, next := o.DeliveryState()
 	var claimed, disabled bool
 	err := s.write(ctx, "finishing webhook delivery", func(ctx context.Context, tx *sql.Tx) error {
 		claimed, disabled = false, false
