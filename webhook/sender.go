@@ -38,8 +38,10 @@ const (
 
 // Schedule is how long a failed delivery waits before its next try: after
 // the first failure 5 s, then 5 min, … ; after the last, it is given up.
-// Each wait is jittered by ±20%, so deliveries failed together do not come
-// back together.
+// Each wait is jittered up to 20% longer (never shorter), so deliveries
+// failed together do not come back together, and a delivery's tries always
+// span WebhookDisableAfter: an endpoint that never answers 2xx is disabled
+// before its first delivery is given up.
 var Schedule = []time.Duration{
 	5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
 	5 * time.Hour, 10 * time.Hour, 14 * time.Hour, 20 * time.Hour, 24 * time.Hour,
@@ -406,9 +408,14 @@ func (s *Sender) retryIn(attempts int, after time.Duration) time.Duration {
 	if after > 0 {
 		return after
 	}
-	d := float64(Schedule[attempts]) * s.o.Scale
-	d *= 0.8 + 0.4*rand.Float64() //nolint:gosec // G404: jitter, not a secret
-	return max(time.Duration(d), time.Millisecond)
+	return jitter(time.Duration(float64(Schedule[attempts])*s.o.Scale), rand.Float64()) //nolint:gosec // G404: jitter, not a secret
+}
+
+// jitter lengthens a wait by up to 20% (u in [0, 1)), 1 ms at least. It
+// never shortens one: the schedule's sum must stay above
+// WebhookDisableAfter.
+func jitter(d time.Duration, u float64) time.Duration {
+	return max(time.Duration(float64(d)*(1+0.2*u)), time.Millisecond)
 }
 
 // retryAfter parses a Retry-After header (seconds or an HTTP date).
