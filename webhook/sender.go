@@ -32,6 +32,8 @@ const (
 	// surely given up on it (or died).
 	DefaultLease      = 4 * DeliveryTimeout
 	DefaultStatsEvery = 10 * time.Second
+	// claimTimeout bounds a claim, which Stop does not cut short.
+	claimTimeout = 10 * time.Second
 	// maxRetryAfter caps a receiver's Retry-After.
 	maxRetryAfter = 24 * time.Hour
 )
@@ -225,11 +227,14 @@ func (s *Sender) dispatch(ctx context.Context) int {
 	if free <= 0 || ctx.Err() != nil {
 		return 0
 	}
-	ds, err := s.store.WebhookDeliveriesClaim(ctx, s.o.Lease, free, s.o.PerMerchant, skip)
+	// The claim runs apart from ctx: a claim cut short by Stop may have
+	// committed all the same, and its rows would then stay claimed, sent by
+	// no one, until the lease ends. Once made, it is delivered.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	ds, err := s.store.WebhookDeliveriesClaim(cctx, s.o.Lease, free, s.o.PerMerchant, skip)
+	cancel()
 	if err != nil {
-		if ctx.Err() == nil {
-			s.o.Logger.Warn("webhooks: claiming deliveries", "err", err)
-		}
+		s.o.Logger.Warn("webhooks: claiming deliveries", "err", err)
 		return 0
 	}
 	s.mu.Lock()

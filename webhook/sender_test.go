@@ -562,3 +562,54 @@ func (o *countingObserver) Delivery(result string, _ time.Duration) {
 }
 func (o *countingObserver) EndpointDisabled()                    { o.disabled.Add(1) }
 func (o *countingObserver) WebhookStats(chargeonce.WebhookStats) {}
+
+// stopDuringClaim is a store whose next claim commits and then, like pgx
+// when its context ends before the answer is read, reports the context's
+// error if the sender stops meanwhile: the rows stay claimed.
+type stopDuringClaim struct {
+	chargeonce.Store
+	armed   atomic.Bool
+	claimed chan struct{}
+}
+
+func (s *stopDuringClaim) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration, limit, perMerchant int, skip []string) ([]chargeonce.WebhookDelivery, error) {
+	ds, err := s.Store.WebhookDeliveriesClaim(context.WithoutCancel(ctx), lease, limit, perMerchant, skip)
+	if err != nil || len(ds) == 0 || !s.armed.CompareAndSwap(true, false) {
+		return ds, err
+	}
+	close(s.claimed)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(300 * time.Millisecond):
+		return ds, nil
+	}
+}
+
+// TestStopDuringClaim stops a sender while its claim is on the wire: what
+// it claimed is still delivered, by it before Stop returns, not left
+// claimed until the lease ends (60 s) while a restarted sender waits.
+// Seen failing before the claim ran apart from the sender's context:
+// TestReceiverDownAcrossRestart flaked 5 in 60 under load this way.
+func TestStopDuringClaim(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	r := newReceiver(t, nil)
+	e := f.endpoint(t, "demo", r.srv.URL)
+	r.setSecrets(e.Secret)
+	st := &stopDuringClaim{Store: f.store, claimed: make(chan struct{})}
+	st.armed.Store(true)
+	s1 := webhook.NewSender(st, webhook.SenderOptions{Scale: 0.0002, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s1.Start(t.Context())
+	f.settle(t, "demo", chargeonce.StatusCaptured)
+	select {
+	case <-st.claimed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no claim within 10s")
+	}
+	s1.Stop()
+	s2 := f.sender(t, webhook.SenderOptions{})
+	s2.Start(t.Context())
+	defer s2.Stop()
+	eventually(t, 5*time.Second, "the delivery claimed as the first sender stopped", func() bool { return len(r.deliveries()) == 1 })
+}
