@@ -25,6 +25,8 @@ const (
 	DefaultParallelism = 8
 	DefaultBackoffBase = engine.DefaultBackoffBase
 	DefaultBackoffMax  = engine.DefaultBackoffMax
+	// claimTimeout bounds a claim, which Stop does not cut short.
+	claimTimeout = 10 * time.Second
 )
 
 // RescuerOptions configure a Rescuer. Zero fields take the defaults.
@@ -147,8 +149,20 @@ func (r *Rescuer) runOnce(ctx context.Context) (PassResult, error) {
 				more = false
 			}
 		}
+		if ctx.Err() != nil {
+			for range n {
+				free <- struct{}{}
+			}
+			break
+		}
+		// The claim runs apart from ctx: a claim cut short by Stop may have
+		// committed all the same, and its records would then wait a whole
+		// lease, driven by no one. Once claimed, a record is driven (Recover
+		// runs to its end whatever ctx does).
 		var recs []chargeonce.KeyRecord
-		recs, err = r.store.KeysClaimExpired(ctx, lease, n)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+		recs, err = r.store.KeysClaimExpired(cctx, lease, n)
+		cancel()
 		for range n - len(recs) {
 			free <- struct{}{}
 		}
