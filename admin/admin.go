@@ -162,16 +162,20 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 	if err := q.Check(); err != nil {
 		return Resolution{}, err
 	}
+	// The claim and the writes after it run to their end whatever the
+	// operator's connection does: a claim cut short may have committed all
+	// the same, and would hold the record for a whole lease, resolved by
+	// no one.
+	base := context.WithoutCancel(ctx)
 	token := idempotency.NewToken()
-	rec, err := s.ops.ChargeResolveClaim(ctx, chargeID, token, s.cfg.Lease)
+	cctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
+	rec, err := s.ops.ChargeResolveClaim(cctx, chargeID, token, s.cfg.Lease)
+	cancel()
 	if err != nil {
 		return Resolution{}, err
 	}
 	ch := rec.Charge
 	actor := "admin:" + admin
-	// The writes after the claim run to their end whatever the operator's
-	// connection does.
-	base := context.WithoutCancel(ctx)
 	actx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
 	lr, lerr := s.acquirer.Lookup(actx, chargeonce.LookupRequest{Reference: ch.Reference(), FirstSent: ch.CreatedAt})
 	cancel()
