@@ -181,7 +181,12 @@ func TestMigrateWaitsForTheMigrationLock(t *testing.T) {
 	const (
 		// migrateLockKey, the key every Migrate takes ("chargonc").
 		migrateLockKey = 0x63686172676f6e63
-		hold           = 700 * time.Millisecond
+		// The URL's timeouts are a second: short beside the other
+		// instance's migration (hold), long beside any statement Open
+		// sends on a loaded machine (100 ms timed Open's own connect
+		// check out on a cold CI run).
+		timeout = "1s"
+		hold    = 2500 * time.Millisecond
 	)
 	ctx := t.Context()
 	url := pgtest.URL(t)
@@ -190,25 +195,32 @@ func TestMigrateWaitsForTheMigrationLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close(context.Background())
-	for _, params := range []string{"&lock_timeout=100ms", "&statement_timeout=100ms"} {
+	for _, params := range []string{"&lock_timeout=" + timeout, "&statement_timeout=" + timeout} {
 		if _, err := other.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(migrateLockKey)); err != nil {
 			t.Fatal(err)
 		}
+		store, err := postgres.Open(ctx, url+params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// other is released from here on, and waited for before anything
+		// else may use or close it.
 		released := make(chan error, 1)
 		go func() {
 			time.Sleep(hold)
 			_, err := other.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(migrateLockKey))
 			released <- err
 		}()
-		store, err := postgres.Open(ctx, url+params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.Migrate(ctx); err != nil {
-			t.Errorf("%s: Migrate while another instance migrates: %v", params, err)
-		}
+		start := time.Now()
+		migrated := store.Migrate(ctx)
+		waited := time.Since(start)
 		if err := <-released; err != nil {
 			t.Fatal(err)
+		}
+		if migrated != nil {
+			t.Errorf("%s: Migrate while another instance migrates: %v", params, migrated)
+		} else if waited < hold/2 {
+			t.Errorf("%s: Migrate returned after %v, before the other instance's migration ended (%v)", params, waited, hold)
 		}
 		// The migration's session gave the URL's timeout back.
 		name, want, _ := strings.Cut(strings.TrimPrefix(params, "&"), "=")
