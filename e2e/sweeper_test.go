@@ -20,9 +20,10 @@ func TestKeyExpiry(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	ps := newProcs(t)
-	// The in-process simulator, whose API serve mounts under /acquirer.
+	// The in-process simulator, whose API serve mounts under /acquirer. The
+	// replays below must come within the key TTL, on a loaded machine too.
 	s := ps.start("serve", "serve", "--addr", "127.0.0.1:0", "--db", url, "--acquirer", "sim",
-		"--key-ttl", "1500ms", "--sweep-every", "200ms")
+		"--key-ttl", "5s", "--sweep-every", "200ms")
 	acq := acquirer.NewClient(s.URL()+"/acquirer", &http.Client{Timeout: 10 * time.Second})
 	c := &http.Client{Timeout: 10 * time.Second}
 	order := newOrder()
