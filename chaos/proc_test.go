@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/gobuild"
 )
 
 // This file builds the chargeonce binary (once per build tag set) and runs
@@ -43,14 +45,11 @@ func binary(t *testing.T, tags string) string {
 	}
 	buildDirs = append(buildDirs, dir)
 	path := filepath.Join(dir, "chargeonce")
-	args := []string{"build", "-o", path}
+	var args []string
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	// "go" is the toolchain running these tests: go test puts its
-	// GOROOT/bin first in the test binary's PATH.
-	cmd := exec.Command("go", append(args, "github.com/chargeonce/chargeonce/cmd/chargeonce")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := gobuild.Build("", path, append(args, "github.com/chargeonce/chargeonce/cmd/chargeonce")...); err != nil {
 		t.Fatalf("go build -tags %q ./cmd/chargeonce: %v\n%s", tags, err, out)
 	}
 	builds[tags] = path

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/chargeonce/chargeonce/internal/gobuild"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 )
 
@@ -56,9 +57,7 @@ func buildRelease(t *testing.T) (version, bin string) {
 		}
 	})
 	bin = filepath.Join(dir, "chargeonce-"+version)
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/chargeonce")
-	cmd.Dir = src
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := gobuild.Build(src, bin, "./cmd/chargeonce"); err != nil {
 		t.Fatalf("building %s (%s): %v\n%s", version, commit, err, out)
 	}
 	return version, bin
