@@ -149,7 +149,11 @@ func TestRecoveryNeverResendsOnABare404(t *testing.T) {
 	if n := sim.CapturedCount("demo", req.OrderID); n != 1 {
 		t.Fatalf("the intent was captured %d times, want 1: a bare 404 is not the acquirer saying it never saw the reference", n)
 	}
-	if res.Settled != 0 || res.Deferred != 1 {
+	// Every claim is deferred. With a 50 ms back-off a loaded machine's
+	// pass may claim the record twice (its back-off ended while the first
+	// lookup ran: seen on a cold CI run, Claimed 2, Deferred 2), never
+	// settling or re-sending it.
+	if res.Settled != 0 || res.Deferred < 1 || res.Deferred != res.Claimed {
 		t.Fatalf("RunOnce = %+v; want the record deferred while the lookup cannot be trusted", res)
 	}
 
