@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/chargeonce/chargeonce/internal/gobuild"
 )
 
 // This file builds the chargeonce binary (once per build tag set) and runs
@@ -45,11 +43,14 @@ func binary(t *testing.T, tags string) string {
 	}
 	buildDirs = append(buildDirs, dir)
 	path := filepath.Join(dir, "chargeonce")
-	var args []string
+	args := []string{"build", "-o", path}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	if out, err := gobuild.Build("", path, append(args, "github.com/chargeonce/chargeonce/cmd/chargeonce")...); err != nil {
+	// "go" is the toolchain running these tests: go test puts its
+	// GOROOT/bin first in the test binary's PATH.
+	cmd := exec.Command("go", append(args, "github.com/chargeonce/chargeonce/cmd/chargeonce")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build -tags %q ./cmd/chargeonce: %v\n%s", tags, err, out)
 	}
 	builds[tags] = path

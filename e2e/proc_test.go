@@ -25,7 +25,6 @@ import (
 
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/internal/apitest"
-	"github.com/chargeonce/chargeonce/internal/gobuild"
 )
 
 // This file starts real chargeonce processes for the crash and fault tests:
@@ -48,7 +47,10 @@ var build = sync.OnceValues(func() (string, error) {
 	}
 	buildDir = dir
 	path := filepath.Join(dir, "chargeonce")
-	if out, err := gobuild.Build("", path, "github.com/chargeonce/chargeonce/cmd/chargeonce"); err != nil {
+	// "go" is the toolchain running these tests: go test puts its
+	// GOROOT/bin first in the test binary's PATH.
+	cmd := exec.Command("go", "build", "-o", path, "github.com/chargeonce/chargeonce/cmd/chargeonce")
+	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/chargeonce: %w\n%s", err, out)
 	}
 	return path, nil

@@ -18,7 +18,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/chargeonce/chargeonce/internal/gobuild"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
 )
 
@@ -57,7 +56,9 @@ func buildRelease(t *testing.T) (version, bin string) {
 		}
 	})
 	bin = filepath.Join(dir, "chargeonce-"+version)
-	if out, err := gobuild.Build(src, bin, "./cmd/chargeonce"); err != nil {
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/chargeonce")
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building %s (%s): %v\n%s", version, commit, err, out)
 	}
 	return version, bin
