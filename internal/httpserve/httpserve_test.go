@@ -79,13 +79,15 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// waitOpen waits until the server counts n open connections.
-func waitOpen(t *testing.T, srv *httpserve.Server, n int) {
+// waitIdle waits until the server counts n open connections, all idle.
+// A client reads its answer before net/http marks the connection idle, so a
+// test that orders connections by idleness waits for the server to see it.
+func waitIdle(t *testing.T, srv *httpserve.Server, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for srv.Stats().Open != n {
+	for st := srv.Stats(); st.Open != n || st.Idle != n; st = srv.Stats() {
 		if time.Now().After(deadline) {
-			t.Fatalf("open connections: %+v; want %d", srv.Stats(), n)
+			t.Fatalf("connections: %+v; want %d open, all idle", srv.Stats(), n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -103,14 +105,15 @@ func TestCapEvictsLongestIdle(t *testing.T) {
 		if st := get(t, conns[i]); st != "200 OK" {
 			t.Fatalf("conn %d: %s", i, st)
 		}
+		waitIdle(t, srv, i+1)
 	}
 	// conns[1] becomes the most recently active; conns[0] the longest idle.
-	if st := get(t, conns[0]); st != "200 OK" {
-		t.Fatal(st)
+	for _, i := range []int{0, 2, 1} {
+		if st := get(t, conns[i]); st != "200 OK" {
+			t.Fatalf("conn %d: %s", i, st)
+		}
+		waitIdle(t, srv, 3)
 	}
-	get(t, conns[2])
-	get(t, conns[1])
-	waitOpen(t, srv, 3)
 
 	late := dial(t, addr)
 	if st := get(t, late); st != "200 OK" {
