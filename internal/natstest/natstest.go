@@ -242,6 +242,31 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 }
 
+// jsClusterNotAvailable is JetStream's "JetStream system temporarily
+// unavailable" (the server's JSClusterNotAvailErr).
+const jsClusterNotAvailable jetstream.ErrorCode = 10008
+
+// createReader creates ReadAll's consumer. A cluster that has just lost a
+// node answers a consumer create "no responders", "temporarily
+// unavailable" or not at all until its meta group has a leader again (a
+// single request was seen hanging for a minute), so each attempt is
+// bounded and those answers are retried, for a minute in all.
+func createReader(js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cons, err := js.CreateConsumer(ctx, stream, cfg)
+		cancel()
+		var apiErr *jetstream.APIError
+		transient := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) ||
+			errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvailable
+		if err == nil || !transient || time.Now().After(deadline) {
+			return cons, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // Message is a message read back from a stream.
 type Message struct {
 	Subject string
@@ -256,9 +281,7 @@ const maxReadAll = 1 << 20
 // in stream order, through a short-lived consumer that it deletes again.
 func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Message {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+	cons, err := createReader(js, stream, jetstream.ConsumerConfig{
 		FilterSubject:     subject,
 		AckPolicy:         jetstream.AckNonePolicy,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
@@ -267,7 +290,7 @@ func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Mes
 		Replicas:          1,
 	})
 	if err != nil {
-		t.Fatalf("natstest: reading %s: %v", subject, err)
+		t.Fatalf("natstest: reading %s: creating a consumer: %v", subject, err)
 	}
 	// A consumer left behind goes by itself after InactiveThreshold.
 	defer func() { _ = js.DeleteConsumer(context.Background(), stream, cons.CachedInfo().Name) }()
@@ -278,18 +301,27 @@ func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Mes
 	}
 	n := int(pending)
 	out := make([]Message, 0, n)
+	deadline := time.Now().Add(time.Minute)
 	for len(out) < n {
 		batch, err := cons.Fetch(min(n-len(out), 500), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatalf("natstest: reading %s: %v", subject, err)
+			t.Fatalf("natstest: reading %s: fetching: %v", subject, err)
 		}
 		got := 0
 		for m := range batch.Messages() {
 			out = append(out, Message{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 			got++
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			t.Fatalf("natstest: reading %s: %v", subject, err)
+		err = batch.Error()
+		// Until the new consumer's interest has reached the server this
+		// connection is on (slow on a cluster that has just lost a node),
+		// a pull request finds no responders.
+		if got == 0 && errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) {
+			t.Fatalf("natstest: reading %s: a batch: %v", subject, err)
 		}
 		if got == 0 {
 			t.Fatalf("natstest: reading %s: %d of %d messages, then nothing", subject, len(out), n)
