@@ -15,10 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/internal/natstest"
 	"github.com/chargeonce/chargeonce/queue"
 )
 
@@ -107,22 +105,14 @@ func runChaos(t *testing.T, cfg config) *report {
 	c := newCluster(t, bin, cfg.pair)
 	h := newHistory()
 
-	nc, err := nats.Connect(c.nats.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, c.nats.URL)
 	if err := queue.EnsureStreams(t.Context(), js, queue.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 32
 	w := &workload{c: c, h: h, seed: cfg.seed, baseOrd: time.Now().UnixNano() % 1e9 * 1000, byKey: map[string]int{},
-		hc: &http.Client{Transport: tr}, nc: nc, js: js}
+		hc: &http.Client{Transport: tr}, nc: js.Conn(), js: js}
 	defer tr.CloseIdleConnections()
 	if err := w.startResults(t.Context()); err != nil {
 		t.Fatal(err)

@@ -36,15 +36,7 @@ func TestQueueBurstWorkerKilled(t *testing.T) {
 	ps := newProcs(t)
 	acq := ps.startAcquirer("acquirer")
 
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, ns.URL)
 	// The workers create the streams too; creating them here first lets
 	// the burst start before either worker is up.
 	if err := queue.EnsureStreams(t.Context(), js, queue.StreamOptions{}); err != nil {

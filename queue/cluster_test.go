@@ -35,15 +35,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	e := setupOn(t, store, cluster.URL(), 3)
 
 	for i := range 2 {
-		nc, err := nats.Connect(cluster.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := natstest.JetStream(t, cluster.URL())
 		eng := engine.New(store, e.acq.client(), e.opts)
 		w := queue.NewWorker(js, eng, store, queue.WorkerOptions{AckWait: 5 * time.Second, MaxDeliver: 50, Logger: nil})
 		if err := w.Start(t.Context()); err != nil {

@@ -82,15 +82,8 @@ func setup(t *testing.T) *env {
 func setupOn(t *testing.T, store *postgres.Store, natsURL string, replicas int) *env {
 	t.Helper()
 	e := &env{t: t, store: store, acq: newSwitchable(t), opts: engineOpts}
-	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatalf("connecting to NATS: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	e.nc = nc
-	if e.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	e.js = natstest.JetStream(t, natsURL)
+	e.nc = e.js.Conn()
 	if err := queue.EnsureStreams(t.Context(), e.js, queue.StreamOptions{Replicas: replicas}); err != nil {
 		t.Fatal(err)
 	}

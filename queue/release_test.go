@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
@@ -49,15 +48,7 @@ func TestOutboxReleaseKeepsNotify(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			store := apitest.Store(t, kind)
-			nc, err := nats.Connect(natstest.Start(t).URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			js := natstest.JetStream(t, natstest.Start(t).URL)
 			if err := queue.EnsureStreams(t.Context(), js, queue.StreamOptions{}); err != nil {
 				t.Fatal(err)
 			}

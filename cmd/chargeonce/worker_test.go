@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chargeonce/chargeonce/internal/apitest"
@@ -64,15 +63,7 @@ func TestWorkerAndPublish(t *testing.T) {
 	}
 	// Its message ids are scoped by merchant (JetStream dedupes them
 	// across the stream), and a new sending is a new id.
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, ns.URL)
 	sent := natstest.ReadAll(t, js, queue.RequestStream, queue.RequestSubject("demo"))
 	if len(sent) != 2 || sent[0].Header.Get(jetstream.MsgIDHeader) == sent[1].Header.Get(jetstream.MsgIDHeader) {
 		t.Fatalf("publish sent %d messages, want 2 with two ids", len(sent))
@@ -177,15 +168,7 @@ func TestWorkerStreamsOnClusterR3(t *testing.T) {
 	apitest.Eventually(t, 30*time.Second, "the worker to start", func() bool {
 		return strings.Contains(werr.String(), "chargeonce worker consuming")
 	})
-	nc, err := nats.Connect(cluster.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, cluster.URL())
 	for _, name := range []string{queue.RequestStream, queue.ResultStream} {
 		s, err := js.Stream(t.Context(), name)
 		if err != nil {

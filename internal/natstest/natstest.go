@@ -242,6 +242,23 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 }
 
+// JetStream connects to url (a Server's or a Cluster's URL) and returns its
+// JetStream context; the connection is closed at cleanup. It reconnects
+// without limit every 100 ms, as a test that stops servers needs.
+func JetStream(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("natstest: connecting to %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // jsClusterNotAvailable is JetStream's "JetStream system temporarily
 // unavailable" (the server's JSClusterNotAvailErr).
 const jsClusterNotAvailable jetstream.ErrorCode = 10008

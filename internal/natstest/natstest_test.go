@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chargeonce/chargeonce/internal/natstest"
@@ -22,15 +21,7 @@ func TestReadAllAfterANodeStops(t *testing.T) {
 	const sent = 10
 	for i := range 3 {
 		c := natstest.StartCluster(t, 3)
-		nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := natstest.JetStream(t, c.URL())
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
 			cancel()
