@@ -120,7 +120,7 @@ func TestResumeWithTheKeyOfGaveUpError(t *testing.T) {
 			if !ch.Replayed {
 				t.Fatalf("the resumed call got a fresh answer; want the first call's charge, replayed")
 			}
-			wantCapturedOnce(t, c, f, ch, order)
+			wantCapturedOnce(t, f, ch, order)
 		})
 	}
 }
