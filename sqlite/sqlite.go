@@ -112,7 +112,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	wdb.SetConnMaxIdleTime(0)
 	// Connect the writer first: it switches the file to WAL, which is
 	// persistent, before any reader opens it.
-	if err := wdb.PingContext(ctx); err != nil {
+	if err := connect(ctx, wdb); err != nil {
 		_ = wdb.Close()
 		return nil, fmt.Errorf("opening sqlite database %q: %w", path, err)
 	}
@@ -132,7 +132,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	rdb.SetMaxIdleConns(n)
 	rdb.SetConnMaxLifetime(0)
 	rdb.SetConnMaxIdleTime(0)
-	if err := rdb.PingContext(ctx); err != nil {
+	if err := connect(ctx, rdb); err != nil {
 		_ = rdb.Close()
 		_ = wdb.Close()
 		return nil, fmt.Errorf("opening sqlite database %q: %w", path, err)
@@ -150,6 +150,27 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite database %q: journal mode is %q, want wal", path, mode)
 	}
 	return &Store{path: path, wdb: wdb, rdb: rdb}, nil
+}
+
+// connect opens db's first connection, which runs the DSN's pragmas. While
+// another process or Store switches a new file to WAL, that switch can
+// answer SQLITE_BUSY at once: SQLite does not call the busy handler where
+// waiting could deadlock. So a busy answer is retried for as long as the
+// busy timeout lets any statement wait.
+func connect(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(DefaultBusyTimeout)
+	for {
+		err := db.PingContext(ctx)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Ping reports whether the database file can be read.
