@@ -267,9 +267,8 @@ const jsClusterNotAvailable jetstream.ErrorCode = 10008
 // node answers a consumer create "no responders", "temporarily
 // unavailable" or not at all until its meta group has a leader again (a
 // single request was seen hanging for a minute), so each attempt is
-// bounded and those answers are retried, for a minute in all.
-func createReader(js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	deadline := time.Now().Add(time.Minute)
+// bounded and those answers are retried until deadline.
+func createReader(js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, deadline time.Time) (jetstream.Consumer, error) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		cons, err := js.CreateConsumer(ctx, stream, cfg)
@@ -298,6 +297,8 @@ const maxReadAll = 1 << 20
 // in stream order, through a short-lived consumer that it deletes again.
 func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Message {
 	t.Helper()
+	// A cluster that has just lost a node gets a minute to answer again.
+	deadline := time.Now().Add(time.Minute)
 	cons, err := createReader(js, stream, jetstream.ConsumerConfig{
 		FilterSubject:     subject,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -305,7 +306,7 @@ func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Mes
 		InactiveThreshold: time.Minute,
 		MemoryStorage:     true,
 		Replicas:          1,
-	})
+	}, deadline)
 	if err != nil {
 		t.Fatalf("natstest: reading %s: creating a consumer: %v", subject, err)
 	}
@@ -318,7 +319,6 @@ func ReadAll(t testing.TB, js jetstream.JetStream, stream, subject string) []Mes
 	}
 	n := int(pending)
 	out := make([]Message, 0, n)
-	deadline := time.Now().Add(time.Minute)
 	for len(out) < n {
 		batch, err := cons.Fetch(min(n-len(out), 500), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
