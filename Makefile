@@ -10,8 +10,8 @@ help: ## list the targets
 run: ## run the service on the embedded SQLite default
 	go run ./cmd/chargeonce serve
 
-test: ## the README's test command (finds or starts PostgreSQL by itself)
-	go test -race ./...
+test: ## the README's test command: installs PgBouncer and Chromium when missing, then go test -race ./...
+	./scripts/test.sh
 
 test-v: ## the tests, printing their measurements (latencies, counts)
 	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown|Failover|InsertCommitted|LateSettlement|Forgetful|Redrive|NeverSendsAReference|StuckGauge|QueueBurst|ClusterNodeKilled|OpenAPIConformance|Flood|FairQueue|Fairness|ListChargesBounded|MigrateOnline|RollingUpgrade|ThroughPgBouncerUnderLoad|RecoveryAgainstStripeFake|OneTraceFromRequest|BatchSpanLinks|TraceFollowsAMessage|TracesExportedOverOTLP|StripeStorm|HonoursRetryAfter|SuiteFailsBrokenAdapters|ResolveRacesRecovery|CommonPathWritesNoHistoryRows|ConsoleInBrowser|WebhookStorm|DeadEndpointDoesNotDelayOthers|RetriesThenSucceeds|Chaos' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'

@@ -13,6 +13,13 @@ const (
 	// EDISAGREES: the acquirer's lookup found a capture that contradicts
 	// the operator's decision; nothing was settled. Sending force overrides.
 	EDISAGREES = "acquirer-disagrees"
+	// ELEASED: an attempt, recovery or another resolution is driving the
+	// charge under a live lease; nothing changed. Retry after it ends.
+	ELEASED = "charge-in-flight"
+	// EUNSURE: the resolution's lookup failed, timed out or could not tell
+	// what happened (a capture under way, a search that lags); nothing was
+	// settled. Sending force overrides once no lease is live.
+	EUNSURE = "acquirer-unsure"
 )
 
 // HistoryKind names what a charge's history entry records.
@@ -165,15 +172,17 @@ type OperatorStore interface {
 	// statement.
 	HistoryAppender
 	// ChargeResolveClaim gives the processing record of a charge newToken
-	// and a lease of lease, whatever its current lease: an operator's
-	// decision takes over from an attempt or a recovery pass in flight,
-	// whose completion then fails its compare-and-set. ENOTFOUND when there
-	// is no such charge; ENOTPROCESSING when it is not processing.
+	// and a lease of lease, when nobody drives it: its lease ended, or its
+	// owner let go of it and the rest is a back-off (KeyRecord.LeaseHeld).
+	// An attempt or recovery pass in flight keeps it: ELEASED, with the
+	// time its lease has left as RetryAfter. ENOTFOUND when there is no
+	// such charge; ENOTPROCESSING when it is not processing.
 	ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (KeyRecord, error)
 	// ChargeResolve completes the record through the same completion as
-	// KeyComplete and appends p.Audit, atomically; ESTALE (and nothing
-	// written) when p.Complete.Token no longer owns a processing record.
-	ChargeResolve(ctx context.Context, p ResolveParams) error
+	// KeyComplete and appends p.Audit, atomically, and returns the audit
+	// entry as stored (its ID and At); ESTALE (and nothing written) when
+	// p.Complete.Token no longer owns a processing record.
+	ChargeResolve(ctx context.Context, p ResolveParams) (HistoryEntry, error)
 	// AuditList returns resolutions (the audit trail), newest first.
 	AuditList(ctx context.Context, p AuditListParams) ([]HistoryEntry, error)
 }

@@ -19,7 +19,7 @@ const readmeMaxLines = 250
 // the tests, which CI runs exactly.
 const (
 	theRunCommand  = "go run ./cmd/chargeonce serve"
-	theTestCommand = "go test -race ./..."
+	theTestCommand = "./scripts/test.sh"
 )
 
 // docFiles are the Markdown files the docs tests read: the README, the

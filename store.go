@@ -35,12 +35,26 @@ type KeyRecord struct {
 	// database's clock when the record was read: how long until the lease
 	// (or recovery's back-off) ends. Retry-After is computed from it.
 	LeaseRemaining time.Duration
+	// LeaseHeld tells whether an attempt, recovery or a resolution is
+	// driving the record under its lease. It is false once the owner let go
+	// (KeyLeaseSet): a lease still running then is only a back-off, and an
+	// operator may take the record (ChargeResolveClaim).
+	LeaseHeld bool
 	// RecoveryAttempts counts how often recovery re-drove the acquirer for
 	// this record without reaching a final answer.
 	RecoveryAttempts int
-	ResponseStatus   int
-	ResponseBody     []byte
-	CreatedAt        time.Time
+	// AcquirerID is the acquirer's own id for the charge's reference (a
+	// Stripe PaymentIntent id) when an unsettled answer named one
+	// (KeyAcquirerIDSet), so that lookups retrieve it instead of searching.
+	AcquirerID string
+	// Age is now() - the charge's creation, by the database's clock when
+	// the record was read: how long ago the reference was first sent, at
+	// most. Adapters compare it with their acquirer's windows, never an
+	// instance's clock with a database timestamp.
+	Age            time.Duration
+	ResponseStatus int
+	ResponseBody   []byte
+	CreatedAt      time.Time
 	// ExpiresAt is when a completed record expires: KeyCompleteParams.TTL
 	// after it became final. It is zero while the record is processing: a
 	// record still owed an answer never expires.
@@ -158,9 +172,15 @@ type Store interface {
 	KeyRelease(ctx context.Context, merchantID, key, token string) error
 	// KeyLeaseSet moves the end of token's lease to now()+d (d may be zero:
 	// the outcome is unknown and recovery may take over at once) and, when
-	// recoveryAttempt is true, counts one more recovery attempt.
+	// recoveryAttempt is true, counts one more recovery attempt. The owner
+	// lets go of the record: the rest of the lease is a back-off, during
+	// which nobody drives it (KeyRecord.LeaseHeld is false).
 	// ESTALE when token no longer owns a processing record.
 	KeyLeaseSet(ctx context.Context, merchantID, key, token string, d time.Duration, recoveryAttempt bool) error
+	// KeyAcquirerIDSet records the acquirer's own id for the charge's
+	// reference (KeyRecord.AcquirerID) while token owns the processing
+	// record; ESTALE otherwise.
+	KeyAcquirerIDSet(ctx context.Context, merchantID, key, token, acquirerID string) error
 	// KeyClaim takes over one processing record whose lease has ended, giving
 	// it newToken and a lease of lease. claimed=false when the record is not
 	// processing or its lease is still running, and rec is then the record
@@ -264,12 +284,36 @@ type Acquirer interface {
 // LookupRequest asks an Acquirer what became of a reference.
 type LookupRequest struct {
 	Reference string
-	// FirstSent is no later than the first time the reference was sent to
-	// the acquirer (the charge's creation), or zero when unknown. Adapters
-	// whose acquirer forgets idempotency keys, or whose search lags, use it
-	// to tell "never seen" from "not seen yet".
-	FirstSent time.Time
+	// Age is how long ago the reference was first sent, at most (the
+	// charge's age by the database's clock, KeyRecord.Age), when AgeKnown.
+	// Adapters whose acquirer forgets idempotency keys, or whose search
+	// lags, use it to tell "never seen" from "not seen yet". It is measured
+	// on one clock, the database's: an instance's clock that runs behind
+	// would make an old reference look young.
+	Age      time.Duration
+	AgeKnown bool
+	// AcquirerID is the acquirer's own id for the reference, when one is
+	// known (KeyRecord.AcquirerID): adapters retrieve it directly.
+	AcquirerID string
+	// Purpose says which question is asked: whether sending the reference
+	// again is safe (recovery), or what happened (an operator's resolution).
+	Purpose LookupPurpose
 }
+
+// LookupPurpose is the question a lookup answers.
+type LookupPurpose int
+
+// The questions a lookup answers.
+const (
+	// LookupToResend: may the reference be sent again? LookupSafeToSend
+	// may rest on the acquirer's idempotency window alone, without asking
+	// it anything.
+	LookupToResend LookupPurpose = iota
+	// LookupToResolve: what happened to the reference? An operator settles
+	// the charge from the answer, so the acquirer is always asked, and
+	// LookupSafeToSend means it holds nothing under the reference.
+	LookupToResolve
+)
 
 // LookupStatus is what a lookup learned about a reference.
 type LookupStatus int
@@ -308,6 +352,28 @@ type LookupResult struct {
 	// RetryAfter, when positive, is how long an unsure lookup suggests
 	// waiting before asking again.
 	RetryAfter time.Duration
+	// AcquirerID is the acquirer's own id for the reference, when the
+	// lookup learned one (a PaymentIntent found by search).
+	AcquirerID string
+	// Binding is set when the acquirer's own state decides the question so
+	// that no operator may settle the charge otherwise, even with force: a
+	// PaymentIntent that succeeded, is processing or awaits capture cannot
+	// be declined, one that requires action cannot be captured. Result (or,
+	// when unsure, Open) says what it allows.
+	Binding bool
+	// Open is set on an unsure answer whose object at the acquirer may
+	// still move money (processing, awaiting capture): nobody may call it
+	// declined.
+	Open bool
+}
+
+// AcquirerIDError is implemented by an acquirer's error that names the
+// acquirer's own object for the reference (a PaymentIntent left processing):
+// the engine records it (KeyAcquirerIDSet) so that later lookups retrieve
+// that object. It is found anywhere in the error's chain.
+type AcquirerIDError interface {
+	error
+	AcquirerID() string
 }
 
 // OutboxEntry is one result waiting to be published to the queue: the final

@@ -147,15 +147,21 @@ type Resolution struct {
 // Resolve settles a processing charge as admin decided (SPEC "POST
 // /admin/v1/charges/{id}/resolve"):
 //
-//  1. it claims the record, whatever its lease, so that no attempt or
-//     recovery pass settles it meanwhile (theirs fail the compare-and-set);
-//  2. it looks the reference up at the acquirer and keeps the answer;
-//  3. a capture the acquirer holds that contradicts the decision refuses
-//     the resolution (EDISAGREES) unless forced: the record's lease is
-//     ended so recovery settles it from that answer, and the refusal is
-//     appended to the history;
+//  1. it claims the record only when nobody drives it (its lease ended, or
+//     its owner let go and the rest is a back-off): an attempt or recovery
+//     pass in flight may still capture, so that is ELEASED, with nothing
+//     changed;
+//  2. it asks the acquirer what happened (chargeonce.LookupToResolve, not
+//     whether a re-send is safe) and keeps the answer;
+//  3. it refuses (EUNSURE) when the lookup failed, timed out or could not
+//     tell (a capture under way, a search that lags), and (EDISAGREES) when
+//     the acquirer holds an outcome that contradicts the decision, unless
+//     forced; an outcome that binds (a PaymentIntent that succeeded or may
+//     still move money cannot be declined) refuses even when forced. A
+//     refusal hands the record back to recovery and is appended to the
+//     history;
 //  4. otherwise the final answer is stored through the completion
-//     attempts and recovery use, and the audit entry beside it.
+//     attempts and recovery use, and the audit entry beside it, as stored.
 //
 // A charge no longer processing is ENOTPROCESSING, whoever settled it.
 func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveRequest) (Resolution, error) {
@@ -177,32 +183,36 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 	ch := rec.Charge
 	actor := "admin:" + admin
 	actx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-	lr, lerr := s.acquirer.Lookup(actx, chargeonce.LookupRequest{Reference: ch.Reference(), FirstSent: ch.CreatedAt})
+	lr, lerr := s.acquirer.Lookup(actx, chargeonce.LookupRequest{
+		Reference: ch.Reference(), Age: rec.Age, AgeKnown: true, AcquirerID: rec.AcquirerID,
+		Purpose: chargeonce.LookupToResolve,
+	})
 	cancel()
 	answer := describeLookup(lr, lerr)
-	disagrees := lerr == nil && lr.Status == chargeonce.LookupFound && lr.Result.Status != q.Status
-	if disagrees && !q.Force {
-		wctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-		defer cancel()
-		if err := s.ops.HistoryAppend(wctx, chargeonce.HistoryEntry{
-			ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolveRefused, Actor: actor,
-			Outcome: "refused: wanted " + string(q.Status), Detail: answer, Reason: q.Reason,
-		}); err != nil {
-			s.log.Error("appending a refused resolution to the history failed", "charge_id", ch.ID, "admin", admin, "err", err)
-		}
-		// Recovery may take the record at once: it will settle it from
-		// the capture the acquirer holds.
-		if err := s.store.KeyLeaseSet(wctx, ch.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
-			s.log.Error("handing a refused resolution back to recovery failed; it is recovered when the resolution's lease ends", "charge_id", ch.ID, "err", err)
-		}
-		return Resolution{AcquirerAnswer: answer}, chargeonce.Errorf(chargeonce.EDISAGREES,
+	found := lerr == nil && lr.Status == chargeonce.LookupFound
+	unsure := lerr != nil || lr.Status == chargeonce.LookupUnsure
+	disagrees := found && lr.Result.Status != q.Status
+	var refusal error
+	switch {
+	case lerr == nil && lr.Binding && (disagrees || (lr.Open && q.Status == chargeonce.StatusDeclined)):
+		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
+			"the acquirer says %s, which rules out %s whatever force says; nothing was settled", answer, q.Status)
+	case unsure && !q.Force:
+		refusal = chargeonce.Errorf(chargeonce.EUNSURE,
+			"the acquirer could not say what happened (%s); nothing was settled: try again later, or send force to settle without its answer", answer)
+	case disagrees && !q.Force:
+		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
 			"the acquirer says %s, which contradicts %s; nothing was settled (send force to override)", answer, q.Status)
+	}
+	if refusal != nil {
+		s.refuse(base, &rec, token, actor, q, answer)
+		return Resolution{AcquirerAnswer: answer}, refusal
 	}
 	final := ch
 	final.Status = q.Status
 	if q.Status == chargeonce.StatusDeclined {
 		final.DeclineCode = q.DeclineCode
-		if final.DeclineCode == "" && lr.Status == chargeonce.LookupFound && lr.Result.Status == chargeonce.StatusDeclined {
+		if final.DeclineCode == "" && found && lr.Result.Status == chargeonce.StatusDeclined {
 			final.DeclineCode = lr.Result.DeclineCode
 		}
 		if final.DeclineCode == "" {
@@ -214,19 +224,19 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 	if final.DeclineCode != "" {
 		outcome += " (" + final.DeclineCode + ")"
 	}
-	audit := chargeonce.HistoryEntry{
-		ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolution, Actor: actor,
-		Outcome: outcome, Detail: "acquirer: " + answer, Reason: q.Reason, Forced: disagrees,
-	}
+	forced := disagrees || unsure
 	wctx, wcancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
 	defer wcancel()
-	err = s.ops.ChargeResolve(wctx, chargeonce.ResolveParams{
+	audit, err := s.ops.ChargeResolve(wctx, chargeonce.ResolveParams{
 		Complete: chargeonce.KeyCompleteParams{
 			MerchantID: ch.MerchantID, Key: rec.Key, Token: token,
 			ChargeStatus: final.Status, DeclineCode: final.DeclineCode,
 			ResponseStatus: resp.Status, ResponseBody: resp.Body, TTL: s.cfg.KeyTTL,
 		},
-		Audit: audit,
+		Audit: chargeonce.HistoryEntry{
+			ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolution, Actor: actor,
+			Outcome: outcome, Detail: "acquirer: " + answer, Reason: q.Reason, Forced: forced,
+		},
 	})
 	if chargeonce.ErrorCode(err) == chargeonce.ESTALE {
 		return Resolution{}, chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s was settled by somebody else meanwhile; nothing changed", ch.ID)
@@ -235,8 +245,26 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 		return Resolution{}, err
 	}
 	s.log.Warn("charge resolved by an operator", "admin", admin, "charge_id", ch.ID, "merchant", ch.MerchantID,
-		"status", final.Status, "decline_code", final.DeclineCode, "forced", disagrees, "acquirer", answer)
+		"status", final.Status, "decline_code", final.DeclineCode, "forced", forced, "acquirer", answer)
 	return Resolution{Charge: final, Audit: audit, AcquirerAnswer: answer}, nil
+}
+
+// refuse appends a refused resolution to the charge's history and hands the
+// record back: recovery may take it at once, and settles it from what the
+// acquirer holds.
+func (s *Server) refuse(base context.Context, rec *chargeonce.KeyRecord, token, actor string, q ResolveRequest, answer string) {
+	ch := &rec.Charge
+	wctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
+	defer cancel()
+	if err := s.ops.HistoryAppend(wctx, chargeonce.HistoryEntry{
+		ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolveRefused, Actor: actor,
+		Outcome: "refused: wanted " + string(q.Status), Detail: answer, Reason: q.Reason,
+	}); err != nil {
+		s.log.Error("appending a refused resolution to the history failed", "charge_id", ch.ID, "actor", actor, "err", err)
+	}
+	if err := s.store.KeyLeaseSet(wctx, ch.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+		s.log.Error("handing a refused resolution back to recovery failed; it is recovered when the resolution's lease ends", "charge_id", ch.ID, "err", err)
+	}
 }
 
 // describeLookup says in a line what the acquirer answered.

@@ -104,9 +104,14 @@ func setup(t *testing.T, kind string) *env {
 
 func setupWith(t *testing.T, kind string, opts engine.Options) *env {
 	t.Helper()
+	return setupSim(t, kind, opts, acquirer.Options{Slow: 50 * time.Millisecond})
+}
+
+func setupSim(t *testing.T, kind string, opts engine.Options, simOpts acquirer.Options) *env {
+	t.Helper()
 	e := &env{store: apitest.Store(t, kind), logs: &apitest.Buffer{}}
 	e.orders.Store(time.Now().UnixNano() % 1e9 * 1000)
-	e.sim = apitest.Simulator(t, acquirer.Options{Slow: 50 * time.Millisecond})
+	e.sim = apitest.Simulator(t, simOpts)
 	e.acq = &downAcquirer{next: e.sim, sent: map[string]int{}}
 	e.api = apitest.Start(t, e.store, e.acq, opts)
 	srv, err := admin.New(admin.Config{
@@ -341,10 +346,108 @@ func TestResolve(t *testing.T) {
 			if st != 200 || json.Unmarshal(b, &audit) != nil || len(audit.Data) != 1 || audit.Data[0].Reason != "refunded by hand, ticket 42" {
 				t.Fatalf("audit trail: %d %s", st, b)
 			}
+			// The resolve answer carries the audit entry as stored.
+			if a := audit.Data[0]; res.Audit.ID == 0 || res.Audit.ID != a.ID || !res.Audit.At.Equal(a.At) {
+				t.Fatalf("the resolve answered the audit entry id %d at %v; the trail holds id %d at %v", res.Audit.ID, res.Audit.At, a.ID, a.At)
+			}
 			if n := e.acq.captures(ch.ID); n != 1 {
 				t.Fatalf("capture requests for %s: %d, want 1 (resolutions only look up)", ch.ID, n)
 			}
 		})
+	}
+}
+
+// TestResolveNeverOverridesACaptureInFlight: a slow capture (3 s at the
+// simulator, 1 s acquirer timeout) is resolved "declined" while it is
+// under way. While the attempt holds its lease the resolution is refused
+// with nothing changed; once the attempt gave up (202, backed off), a
+// lookup that times out refuses it too; and once the capture landed, the
+// acquirer's capture refuses it. The charge ends captured, captured once.
+func TestResolveNeverOverridesACaptureInFlight(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setupSim(t, kind, testOptions, acquirer.Options{Slow: 3 * time.Second})
+			body := fmt.Sprintf(`{"order_id":%d,"amount_cents":900,"payment_token":"tok_slow"}`, e.orders.Add(1))
+			sent := time.Now()
+			answered := make(chan apitest.Result, 1)
+			go func() { answered <- apitest.Charge(t, e.api.URL, "slow", body) }()
+			var id string
+			apitest.Eventually(t, 2*time.Second, "the slow charge is inserted", func() bool {
+				page, err := e.store.(chargeonce.OperatorStore).ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 10})
+				if err != nil || len(page.Charges) != 1 {
+					return false
+				}
+				id = page.Charges[0].Charge.ID
+				return true
+			})
+			path := "/admin/v1/charges/" + id + "/resolve"
+			decline := admin.ResolveRequest{Status: chargeonce.StatusDeclined, Reason: "support says it failed"}
+
+			time.Sleep(time.Until(sent.Add(300 * time.Millisecond)))
+			st, b := e.call(t, "POST", path, bobKey, decline)
+			if st != 409 || problemType(b) != chargeonce.ELEASED {
+				t.Fatalf("resolving 0.3 s into the attempt's capture: %d %s, want 409 %s", st, b, chargeonce.ELEASED)
+			}
+			// Forcing changes nothing while a lease is live.
+			forced := decline
+			forced.Force = true
+			if st, b := e.call(t, "POST", path, bobKey, forced); st != 409 || problemType(b) != chargeonce.ELEASED {
+				t.Fatalf("forcing 0.3 s into the attempt's capture: %d %s, want 409 %s", st, b, chargeonce.ELEASED)
+			}
+
+			if r := <-answered; r.Status != 202 {
+				t.Fatalf("the slow charge answered %d %s, want 202 after the acquirer timeout", r.Status, r.Body)
+			}
+			// The attempt let go (backed off); the capture is still under
+			// way at the simulator, so the lookup times out.
+			st, b = e.call(t, "POST", path, bobKey, decline)
+			if st != 409 || problemType(b) != chargeonce.EUNSURE {
+				t.Fatalf("resolving while the capture is under way: %d %s, want 409 %s", st, b, chargeonce.EUNSURE)
+			}
+
+			time.Sleep(time.Until(sent.Add(3500 * time.Millisecond)))
+			st, b = e.call(t, "POST", path, bobKey, decline)
+			if st != 409 || problemType(b) != chargeonce.EDISAGREES {
+				t.Fatalf("declining once the capture landed: %d %s, want 409 %s", st, b, chargeonce.EDISAGREES)
+			}
+			st, b = e.call(t, "POST", path, bobKey, admin.ResolveRequest{Status: chargeonce.StatusCaptured, Reason: "the acquirer captured it"})
+			if st != 200 {
+				t.Fatalf("resolving as the acquirer says: %d %s", st, b)
+			}
+			var res struct{ Audit admin.EntryJSON }
+			if json.Unmarshal(b, &res) != nil || res.Audit.Forced || !strings.Contains(res.Audit.Detail, "found: captured") {
+				t.Fatalf("resolution answered %s, want an unforced audit entry quoting the capture", b)
+			}
+			if r := apitest.Charge(t, e.api.URL, "slow", body); r.Status != 201 {
+				t.Fatalf("the retry after the resolution: %d %s, want the captured 201", r.Status, r.Body)
+			}
+			if n := len(e.sim.ListByOrder(e.orders.Load(), "demo")); n != 1 {
+				t.Fatalf("captures at the simulator: %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestForcedResolveWithoutAnAnswerIsAudited: with force, an operator may
+// settle a charge whose lookup failed, but only once no lease is live, and
+// the audit entry says it was forced and what the lookup answered.
+func TestForcedResolveWithoutAnAnswerIsAudited(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "sqlite")
+	id, _ := e.stuck(t, "unreachable")
+	e.acq.down.Store(true)
+	path := "/admin/v1/charges/" + id + "/resolve"
+	q := admin.ResolveRequest{Status: chargeonce.StatusDeclined, Reason: "the acquirer's support says it never arrived"}
+	if st, b := e.call(t, "POST", path, bobKey, q); st != 409 || problemType(b) != chargeonce.EUNSURE || !strings.Contains(string(b), "connection refused") {
+		t.Fatalf("resolving with the acquirer unreachable: %d %s, want 409 %s quoting the lookup", st, b, chargeonce.EUNSURE)
+	}
+	q.Force = true
+	st, b := e.call(t, "POST", path, bobKey, q)
+	var res struct{ Audit admin.EntryJSON }
+	if st != 200 || json.Unmarshal(b, &res) != nil || !res.Audit.Forced || !strings.Contains(res.Audit.Detail, "lookup failed") {
+		t.Fatalf("forced resolution: %d %s, want 200 with a forced audit entry quoting the failed lookup", st, b)
 	}
 }
 

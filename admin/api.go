@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -81,6 +82,9 @@ func (s *Server) bearer(r *http.Request) (string, bool) {
 // writeProblem answers err as problem+json and returns the status.
 func writeProblem(w http.ResponseWriter, err error) int {
 	status, body := wire.Problem(err, "")
+	if d := chargeonce.ErrorRetryAfter(err); d > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)

@@ -356,8 +356,8 @@ type confirmView struct {
 
 // resolveForm is the resolve form's two steps: without confirm it shows
 // what will happen and asks again; with confirm it resolves. A refusal
-// because the acquirer disagrees comes back to the confirmation, which then
-// offers to force.
+// because the acquirer disagrees, or could not say what happened, comes back
+// to the confirmation, which then offers to force.
 func (s *Server) resolveForm(w http.ResponseWriter, r *http.Request, ss *session) error {
 	id := r.PathValue("id")
 	q := ResolveRequest{
@@ -382,8 +382,12 @@ func (s *Server) resolveForm(w http.ResponseWriter, r *http.Request, ss *session
 		return nil
 	}
 	res, err := s.Resolve(r.Context(), ss.admin, id, q)
-	if chargeonce.ErrorCode(err) == chargeonce.EDISAGREES {
-		s.render(w, r, http.StatusConflict, "confirm", view{Title: "The acquirer disagrees", Admin: ss.admin, CSRF: ss.csrf,
+	if code := chargeonce.ErrorCode(err); code == chargeonce.EDISAGREES || code == chargeonce.EUNSURE {
+		title := "The acquirer disagrees"
+		if code == chargeonce.EUNSURE {
+			title = "The acquirer could not say what happened"
+		}
+		s.render(w, r, http.StatusConflict, "confirm", view{Title: title, Admin: ss.admin, CSRF: ss.csrf,
 			Error: chargeonce.ErrorMessage(err), Data: confirmView{In: in, Form: q, AcquirerAnswer: res.AcquirerAnswer, Disagrees: true}})
 		return nil
 	}

@@ -526,9 +526,11 @@ func (e *Engine) redrive(ctx context.Context, rec chargeonce.KeyRecord, token st
 // attempt's does. A capture the acquirer definitely refused is a decline
 // (DeclineAcquirerRejected): nothing moved, and re-sending it would only be
 // refused again, forever.
-func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst bool, tr *trail) (chargeonce.CaptureResult, error) {
+func (e *Engine) acquire(ctx context.Context, rec *chargeonce.KeyRecord, ch *chargeonce.Charge, lookFirst bool, tr *trail) (chargeonce.CaptureResult, error) {
 	if lookFirst {
-		lr, err := e.acquirer.Lookup(ctx, chargeonce.LookupRequest{Reference: ch.Reference(), FirstSent: ch.CreatedAt})
+		lr, err := e.acquirer.Lookup(ctx, chargeonce.LookupRequest{
+			Reference: ch.Reference(), Age: rec.Age, AgeKnown: true, AcquirerID: rec.AcquirerID,
+		})
 		tr.lookup(lr, err)
 		if err != nil {
 			return chargeonce.CaptureResult{}, fmt.Errorf("looking up reference %s: %w", ch.Reference(), err)
@@ -538,7 +540,7 @@ func (e *Engine) acquire(ctx context.Context, ch *chargeonce.Charge, lookFirst b
 			return lr.Result, nil
 		case chargeonce.LookupSafeToSend:
 		default:
-			return chargeonce.CaptureResult{}, &unsureError{reference: ch.Reference(), reason: lr.Reason, retryAfter: lr.RetryAfter}
+			return chargeonce.CaptureResult{}, &unsureError{reference: ch.Reference(), reason: lr.Reason, retryAfter: lr.RetryAfter, acquirerID: lr.AcquirerID}
 		}
 	}
 	start := time.Now()
@@ -580,10 +582,15 @@ type unsureError struct {
 	reference  string
 	reason     string
 	retryAfter time.Duration
+	acquirerID string
 }
 
 // RetryAfter implements RetryAfterError.
 func (e *unsureError) RetryAfter() time.Duration { return e.retryAfter }
+
+// AcquirerID implements chargeonce.AcquirerIDError: the object the lookup
+// found still open, which the next lookup retrieves.
+func (e *unsureError) AcquirerID() string { return e.acquirerID }
 
 func (e *unsureError) Error() string {
 	msg := "looking up reference " + e.reference + ": the acquirer cannot tell yet whether it holds a capture; not sending it"
@@ -611,7 +618,7 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 	base := context.WithoutCancel(ctx)
 	tr := newTrail(&ch, recovering, lookFirst, rec.RecoveryAttempts)
 	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
-	res, err := e.acquire(actx, &ch, lookFirst, &tr)
+	res, err := e.acquire(actx, &rec, &ch, lookFirst, &tr)
 	cancel()
 	if err == nil && res.Status != chargeonce.StatusCaptured && res.Status != chargeonce.StatusDeclined {
 		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
@@ -620,6 +627,9 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 	if err != nil {
 		if ra, ok := errors.AsType[RetryAfterError](err); ok {
 			backoff = max(backoff, ra.RetryAfter())
+		}
+		if ai, ok := errors.AsType[chargeonce.AcquirerIDError](err); ok && ai.AcquirerID() != "" && ai.AcquirerID() != rec.AcquirerID {
+			e.recordAcquirerID(base, &ch, rec.Key, token, ai.AcquirerID())
 		}
 		// Unknown outcome: the money may or may not have moved. Answer 202
 		// and hand the record to recovery now rather than after the lease.
@@ -684,6 +694,20 @@ func (e *Engine) handOff(base context.Context, chargeID, merchantID, key, token 
 	if err := e.store.KeyLeaseSet(wctx, merchantID, key, token, d, true); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
 		e.log.ErrorContext(base, "handing record to recovery failed; it will be recovered when its lease ends",
 			"charge_id", chargeID, "recovering", recovering, "err", err)
+	}
+}
+
+// recordAcquirerID keeps the acquirer's own id for an unsettled charge, so
+// that the next lookup retrieves that object instead of searching for it
+// (or, inside the acquirer's key window, re-sending a request whose stored
+// answer would only repeat "processing"). Best effort: without it the
+// lookup searches, as before.
+func (e *Engine) recordAcquirerID(base context.Context, ch *chargeonce.Charge, key, token, id string) {
+	wctx, cancel := context.WithTimeout(base, e.opts.WriteTimeout)
+	defer cancel()
+	if err := e.store.KeyAcquirerIDSet(wctx, ch.MerchantID, key, token, id); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+		e.log.ErrorContext(base, "recording the acquirer's id failed; the next lookup searches for it",
+			"charge_id", ch.ID, "acquirer_id", id, "err", err)
 	}
 }
 

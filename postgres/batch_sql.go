@@ -108,7 +108,7 @@ func insertedRecord(p chargeonce.KeyInsertParams, leaseUntil, createdAt time.Tim
 	ch.Status, ch.DeclineCode, ch.CreatedAt = chargeonce.StatusProcessing, "", createdAt
 	return chargeonce.KeyRecord{
 		MerchantID: ch.MerchantID, Key: ch.IdempotencyKey, Fingerprint: p.Fingerprint, Token: p.Token,
-		State: chargeonce.KeyProcessing, LeaseUntil: leaseUntil, LeaseExpired: p.Lease <= 0,
+		State: chargeonce.KeyProcessing, LeaseUntil: leaseUntil, LeaseExpired: p.Lease <= 0, LeaseHeld: true,
 		LeaseRemaining: max(0, time.Duration(micros(p.Lease))*time.Microsecond),
 		CreatedAt:      createdAt, Charge: ch,
 	}

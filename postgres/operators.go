@@ -239,8 +239,10 @@ func (s *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.History
 }
 
 // ChargeResolveClaim gives a charge's processing record to an operator's
-// resolution, whatever its lease: any attempt or recovery pass still
-// driving it loses its token, and its completion fails the compare-and-set.
+// resolution when nobody drives it: its lease ended, or its owner let go
+// and the rest is a back-off (lease_held). An attempt or recovery pass in
+// flight keeps it (ELEASED): taking it over would let the resolution
+// settle while that attempt's capture may still land.
 func (s *Store) ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
 	if !chargeonce.ValidText(chargeID) {
 		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", chargeID)
@@ -250,19 +252,16 @@ WITH ch AS (
 	SELECT merchant_id, idempotency_key FROM charges WHERE id = $1
 ), k AS (
 	UPDATE idempotency_keys k
-	SET token = $2, lease_until = now() + $3::interval, updated_at = now()
+	SET token = $2, lease_until = now() + $3::interval, lease_held = true, updated_at = now()
 	FROM ch
 	WHERE k.merchant_id = ch.merchant_id AND k.key = ch.idempotency_key AND k.charge_id = $1
-		AND k.state = 'processing'
+		AND k.state = 'processing' AND (k.lease_until <= now() OR NOT k.lease_held)
 	RETURNING k.*
 )
 SELECT `+recordColumns+`
 FROM k JOIN charges c ON c.id = k.charge_id`, chargeID, newToken, lease))
 	if errors.Is(err, pgx.ErrNoRows) {
-		if _, ierr := s.ChargeInspect(ctx, chargeID); ierr != nil {
-			return chargeonce.KeyRecord{}, ierr
-		}
-		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is no longer processing", chargeID)
+		return chargeonce.KeyRecord{}, s.resolveClaimRefused(ctx, chargeID)
 	}
 	if err != nil {
 		return chargeonce.KeyRecord{}, fmt.Errorf("claiming a charge for resolution: %w", translate(err))
@@ -270,16 +269,44 @@ FROM k JOIN charges c ON c.id = k.charge_id`, chargeID, newToken, lease))
 	return rec, nil
 }
 
+// resolveClaimRefused says why ChargeResolveClaim claimed nothing: no such
+// charge, a charge no longer processing, or a lease held and running.
+func (s *Store) resolveClaimRefused(ctx context.Context, chargeID string) error {
+	var remaining int64 // µs
+	err := s.pool.QueryRow(ctx, `
+SELECT GREATEST(0, (EXTRACT(EPOCH FROM k.lease_until - now()) * 1000000)::bigint)
+FROM charges c JOIN idempotency_keys k
+	ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
+WHERE c.id = $1 AND k.state = 'processing'`, chargeID).Scan(&remaining)
+	if err == nil {
+		return leasedErr(chargeID, time.Duration(remaining)*time.Microsecond)
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("claiming a charge for resolution: %w", translate(err))
+	}
+	if _, ierr := s.ChargeInspect(ctx, chargeID); ierr != nil {
+		return ierr
+	}
+	return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is no longer processing", chargeID)
+}
+
+// leasedErr is ChargeResolveClaim's ELEASED.
+func leasedErr(chargeID string, remaining time.Duration) error {
+	return &chargeonce.Error{Code: chargeonce.ELEASED, RetryAfter: max(remaining, time.Second),
+		Message: fmt.Sprintf("charge %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that", chargeID, remaining.Round(time.Millisecond))}
+}
+
 // ChargeResolve runs the very statement KeyComplete runs for an attempt
 // alone (keyCompleteSQL: whatever it writes besides the record, such as the
 // queue outbox's row, it writes for a resolution too) and appends the audit
 // entry, in one transaction.
-func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) error {
+func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) (chargeonce.HistoryEntry, error) {
 	args, err := historyArgs([]chargeonce.HistoryEntry{p.Audit})
 	if err != nil {
-		return err
+		return chargeonce.HistoryEntry{}, err
 	}
 	c := p.Complete
+	audit := p.Audit
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var n int
 		if err := tx.QueryRow(ctx, keyCompleteSQL,
@@ -290,14 +317,13 @@ func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) e
 		if n == 0 {
 			return staleErr(c.Key)
 		}
-		_, err := tx.Exec(ctx, historyInsertSQL, args...)
-		return err
+		return tx.QueryRow(ctx, historyInsertSQL+" RETURNING id, at", args...).Scan(&audit.ID, &audit.At)
 	})
 	if chargeonce.ErrorCode(err) == chargeonce.ESTALE {
-		return err
+		return chargeonce.HistoryEntry{}, err
 	}
 	if err != nil {
-		return fmt.Errorf("resolving charge: %w", translate(err))
+		return chargeonce.HistoryEntry{}, fmt.Errorf("resolving charge: %w", translate(err))
 	}
-	return nil
+	return audit, nil
 }

@@ -200,7 +200,8 @@ const recordColumns = `
 	k.merchant_id, k.key, k.fingerprint, k.token, k.state,
 	k.lease_until, k.lease_until <= now(),
 	GREATEST(0, (EXTRACT(EPOCH FROM k.lease_until - now()) * 1000000)::bigint),
-	k.recovery_attempts,
+	k.recovery_attempts, k.lease_held, COALESCE(k.acquirer_id, ''),
+	GREATEST(0, (EXTRACT(EPOCH FROM now() - c.created_at) * 1000000)::bigint),
 	k.response_status, k.response_body, k.created_at, k.expires_at,
 	COALESCE(GREATEST(k.expires_at - now(), interval '0'), interval '0'),
 	COALESCE(k.expires_at <= now(), false),
@@ -218,11 +219,13 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 		chStatus    string
 		declineCode *string
 		remaining   int64 // µs
+		age         int64 // µs
 		metadata    *string
 	)
 	dest := append(extra,
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
 		&rec.LeaseUntil, &rec.LeaseExpired, &remaining, &rec.RecoveryAttempts,
+		&rec.LeaseHeld, &rec.AcquirerID, &age,
 		&status, &rec.ResponseBody, &rec.CreatedAt, &expiresAt,
 		&rec.ExpiresIn, &expired,
 		&rec.Charge.ID, &rec.Charge.MerchantID, &rec.Charge.IdempotencyKey, &rec.Charge.OrderID, &rec.Charge.AmountCents,
@@ -237,6 +240,7 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 	}
 	rec.State = chargeonce.KeyState(state)
 	rec.LeaseRemaining = time.Duration(remaining) * time.Microsecond
+	rec.Age = time.Duration(age) * time.Microsecond
 	if status != nil {
 		rec.ResponseStatus = int(*status)
 	}
@@ -510,13 +514,32 @@ SELECT (SELECT count(*) FROM k) + (SELECT count(*) FROM kept)`, merchantID, key,
 func (s *Store) KeyLeaseSet(ctx context.Context, merchantID, key, token string, d time.Duration, recoveryAttempt bool) error {
 	tag, err := s.pool.Exec(ctx, `
 UPDATE idempotency_keys
-SET lease_until = now() + $4::interval,
+SET lease_until = now() + $4::interval, lease_held = false,
     recovery_attempts = recovery_attempts + CASE WHEN $5::boolean THEN 1 ELSE 0 END,
     updated_at = now()
 WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'`,
 		merchantID, key, token, d, recoveryAttempt)
 	if err != nil {
 		return fmt.Errorf("setting idempotency key lease: %w", translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", key)
+	}
+	return nil
+}
+
+// KeyAcquirerIDSet records the acquirer's own id for the charge's
+// reference while token owns the processing record.
+func (s *Store) KeyAcquirerIDSet(ctx context.Context, merchantID, key, token, acquirerID string) error {
+	if !chargeonce.ValidText(acquirerID) {
+		return chargeonce.FieldError("acquirer_id", "the acquirer's id must be valid UTF-8 without U+0000")
+	}
+	tag, err := s.pool.Exec(ctx, `
+UPDATE idempotency_keys SET acquirer_id = $4, updated_at = now()
+WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'`,
+		merchantID, key, token, acquirerID)
+	if err != nil {
+		return fmt.Errorf("recording the acquirer's id: %w", translate(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return chargeonce.Errorf(chargeonce.ESTALE, "idempotency key %q is no longer processing under this attempt's token", key)
@@ -536,7 +559,7 @@ func (s *Store) KeyClaim(ctx context.Context, merchantID, key, newToken string, 
 	rec, _, err := scanRecord(s.pool.QueryRow(ctx, `
 WITH k AS (
 	UPDATE idempotency_keys
-	SET token = $3, lease_until = now() + $4::interval, updated_at = now()
+	SET token = $3, lease_until = now() + $4::interval, lease_held = true, updated_at = now()
 	WHERE merchant_id = $1 AND key = $2 AND state = 'processing' AND lease_until <= now()
 	RETURNING *
 )
@@ -577,7 +600,7 @@ WITH due AS (
 	FOR UPDATE SKIP LOCKED
 ), k AS (
 	UPDATE idempotency_keys i
-	SET token = gen_random_uuid()::text, lease_until = now() + $1::interval, updated_at = now()
+	SET token = gen_random_uuid()::text, lease_until = now() + $1::interval, lease_held = true, updated_at = now()
 	FROM due
 	WHERE i.merchant_id = due.merchant_id AND i.key = due.key
 	RETURNING i.*

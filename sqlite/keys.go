@@ -35,6 +35,7 @@ RETURNING created_at, lease_until, lease_until <= created_at`
 	keyColumns = `k.merchant_id, k.key, k.fingerprint, k.token, k.state,
 	k.lease_until, k.lease_until <= ` + nowMicros + `,
 	max(0, k.lease_until - ` + nowMicros + `), k.recovery_attempts,
+	k.lease_held, coalesce(k.acquirer_id, ''), max(0, ` + nowMicros + ` - c.created_at),
 	k.response_status, k.response_body, k.created_at, k.expires_at,
 	coalesce(max(k.expires_at - ` + nowMicros + `, 0), 0),
 	coalesce(k.state = 'completed' AND k.expires_at <= ` + nowMicros + `, 0), ` + chargeColumnsC
@@ -69,13 +70,13 @@ SET lease_until = ` + nowMicros + `, updated_at = ` + nowMicros + `
 WHERE merchant_id = ?1 AND key = ?2 AND token = ?3 AND state = 'processing' AND notify = 1`
 
 	sqlKeyLeaseSet = `UPDATE idempotency_keys
-SET lease_until = ` + nowMicros + ` + ?4,
+SET lease_until = ` + nowMicros + ` + ?4, lease_held = 0,
 	recovery_attempts = recovery_attempts + ?5,
 	updated_at = ` + nowMicros + `
 WHERE merchant_id = ?1 AND key = ?2 AND token = ?3 AND state = 'processing'`
 
 	sqlKeyClaim = `UPDATE idempotency_keys
-SET token = ?3, lease_until = ` + nowMicros + ` + ?4, updated_at = ` + nowMicros + `
+SET token = ?3, lease_until = ` + nowMicros + ` + ?4, lease_held = 1, updated_at = ` + nowMicros + `
 WHERE merchant_id = ?1 AND key = ?2 AND state = 'processing'
 	AND lease_until <= ` + nowMicros + `
 RETURNING rowid`
@@ -88,7 +89,7 @@ ORDER BY lease_until, rowid
 LIMIT ?1`
 
 	sqlKeyClaimRowid = `UPDATE idempotency_keys
-SET token = ?2, lease_until = ` + nowMicros + ` + ?3, updated_at = ` + nowMicros + `
+SET token = ?2, lease_until = ` + nowMicros + ` + ?3, lease_held = 1, updated_at = ` + nowMicros + `
 WHERE rowid = ?1 AND state = 'processing' AND lease_until <= ` + nowMicros
 
 	// sqlKeysDeleteExpired deletes one batch of completed records past
@@ -127,10 +128,12 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 		responseBody     []byte
 		recoveryAttempts int64
 		remainingMicros  int64
+		ageMicros        int64
 	)
 	dest := []any{
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
 		&leaseUntil, &rec.LeaseExpired, &remainingMicros, &recoveryAttempts,
+		&rec.LeaseHeld, &rec.AcquirerID, &ageMicros,
 		&responseStatus, &responseBody, &createdAt, &expiresAt, &expiresIn, &gone,
 	}
 	var c chargeRow
@@ -142,6 +145,7 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 	rec.LeaseUntil = fromMicros(leaseUntil)
 	rec.LeaseRemaining = time.Duration(remainingMicros) * time.Microsecond
 	rec.RecoveryAttempts = int(recoveryAttempts)
+	rec.Age = time.Duration(ageMicros) * time.Microsecond
 	if responseStatus.Valid {
 		rec.ResponseStatus = int(responseStatus.Int64)
 	}
@@ -242,6 +246,7 @@ func (s *Store) keyInsertTx(ctx context.Context, tx *sql.Tx, q *queries, p charg
 		State:        chargeonce.KeyProcessing,
 		LeaseUntil:   fromMicros(leaseUntil),
 		LeaseExpired: leaseExpired,
+		LeaseHeld:    true,
 		CreatedAt:    ch.CreatedAt,
 		Charge:       ch,
 
@@ -376,6 +381,29 @@ func (s *Store) KeyLeaseSet(ctx context.Context, merchantID, key, token string, 
 		return stale(key)
 	}
 	return nil
+}
+
+// KeyAcquirerIDSet records the acquirer's own id for the charge's
+// reference while token owns the processing record.
+func (s *Store) KeyAcquirerIDSet(ctx context.Context, merchantID, key, token, acquirerID string) error {
+	if !chargeonce.ValidText(acquirerID) {
+		return chargeonce.FieldError("acquirer_id", "the acquirer's id must be valid UTF-8 without U+0000")
+	}
+	return s.write(ctx, "recording the acquirer's id", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET acquirer_id = ?4, updated_at = `+nowMicros+`
+WHERE merchant_id = ?1 AND key = ?2 AND token = ?3 AND state = 'processing'`, merchantID, key, token, acquirerID)
+		if err != nil {
+			return wrap("recording the acquirer's id", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return wrap("recording the acquirer's id", err)
+		}
+		if n == 0 {
+			return stale(key)
+		}
+		return nil
+	})
 }
 
 // KeyClaim takes over one processing record whose lease has ended (by the

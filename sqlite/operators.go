@@ -214,8 +214,10 @@ func (s *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.History
 }
 
 // ChargeResolveClaim gives a charge's processing record to an operator's
-// resolution, whatever its lease: any attempt or recovery pass still
-// driving it loses its token, and its completion fails the compare-and-set.
+// resolution when nobody drives it: its lease ended, or its owner let go
+// and the rest is a back-off (lease_held). An attempt or recovery pass in
+// flight keeps it (ELEASED): taking it over would let the resolution
+// settle while that attempt's capture may still land.
 func (s *Store) ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
 	if !chargeonce.ValidText(chargeID) {
 		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", chargeID)
@@ -225,11 +227,26 @@ func (s *Store) ChargeResolveClaim(ctx context.Context, chargeID, newToken strin
 		var rowid int64
 		err := tx.QueryRowContext(ctx, `
 UPDATE idempotency_keys
-SET token = ?2, lease_until = `+nowMicros+` + ?3, updated_at = `+nowMicros+`
+SET token = ?2, lease_until = `+nowMicros+` + ?3, lease_held = 1, updated_at = `+nowMicros+`
 WHERE (merchant_id, key) = (SELECT merchant_id, idempotency_key FROM charges WHERE id = ?1)
 	AND charge_id = ?1 AND state = 'processing'
+	AND (lease_until <= `+nowMicros+` OR lease_held = 0)
 RETURNING rowid`, chargeID, newToken, micros(lease)).Scan(&rowid)
 		if errors.Is(err, sql.ErrNoRows) {
+			var remaining int64 // µs
+			err := tx.QueryRowContext(ctx, `
+SELECT max(0, k.lease_until - `+nowMicros+`)
+FROM charges c JOIN idempotency_keys k
+	ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
+WHERE c.id = ?1 AND k.state = 'processing'`, chargeID).Scan(&remaining)
+			if err == nil {
+				return &chargeonce.Error{Code: chargeonce.ELEASED, RetryAfter: max(time.Duration(remaining)*time.Microsecond, time.Second),
+					Message: fmt.Sprintf("charge %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that",
+						chargeID, (time.Duration(remaining) * time.Microsecond).Round(time.Millisecond))}
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return wrap("claiming a charge for resolution", err)
+			}
 			if _, ierr := s.inspect(ctx, tx.QueryRowContext, chargeID); ierr != nil {
 				return ierr
 			}
@@ -251,21 +268,31 @@ RETURNING rowid`, chargeID, newToken, micros(lease)).Scan(&rowid)
 // (keyCompleteTx: whatever a completion writes besides the record, such as
 // the queue outbox's row, it writes for a resolution too) and appends the
 // audit entry, in one transaction.
-func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) error {
+func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) (chargeonce.HistoryEntry, error) {
 	if err := p.Audit.CheckText(); err != nil {
-		return err
+		return chargeonce.HistoryEntry{}, err
 	}
 	q, err := s.prepared(ctx)
 	if err != nil {
-		return err
+		return chargeonce.HistoryEntry{}, err
 	}
-	return s.write(ctx, "resolving charge", func(ctx context.Context, tx *sql.Tx) error {
+	audit := p.Audit
+	err = s.write(ctx, "resolving charge", func(ctx context.Context, tx *sql.Tx) error {
 		if err := keyCompleteTx(ctx, tx, q, p.Complete); err != nil {
 			return err
 		}
-		if err := historyInsert(ctx, tx, []chargeonce.HistoryEntry{p.Audit}); err != nil {
+		e := &p.Audit
+		var at int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO charge_history (charge_id, merchant_id, at, kind, actor, outcome, detail, reason, forced)
+VALUES (?, ?, `+nowMicros+`, ?, ?, ?, ?, ?, ?) RETURNING id, at`,
+			e.ChargeID, e.MerchantID, string(e.Kind), e.Actor, e.Outcome, e.Detail, e.Reason, e.Forced).Scan(&audit.ID, &at); err != nil {
 			return wrap("writing the audit entry", err)
 		}
+		audit.At = fromMicros(at)
 		return nil
 	})
+	if err != nil {
+		return chargeonce.HistoryEntry{}, err
+	}
+	return audit, nil
 }

@@ -32,6 +32,8 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ResolveWritesOutbox", testResolveWritesOutbox},
 		{"ResolveRacesCompletion", testResolveRacesCompletion},
 		{"ResolveWritesOneWebhookEvent", testResolveWritesOneWebhookEvent},
+		{"ResolveNeverTakesALiveLease", testResolveNeverTakesALiveLease},
+		{"AcquirerIDAndAge", testAcquirerIDAndAge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -289,12 +291,17 @@ func resolveParams(rec chargeonce.KeyRecord, token string, status chargeonce.Sta
 
 func testResolveTakesOverAndAudits(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
 	p := newIntent("m1", "k")
-	insert(t, s, p) // its lease runs for an hour: an attempt is "in flight"
+	insert(t, s, p)
+	// The attempt let go of it: an unknown outcome, backed off for ten
+	// minutes. Nobody drives it, so an operator may take it over.
+	if err := s.KeyLeaseSet(t.Context(), "m1", "k", p.Token, 10*time.Minute, true); err != nil {
+		t.Fatalf("KeyLeaseSet: %v", err)
+	}
 	rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_operator", time.Minute)
 	if err != nil {
 		t.Fatalf("ChargeResolveClaim: %v", err)
 	}
-	if rec.Token != "tok_operator" || rec.Key != "k" || rec.MerchantID != "m1" || rec.Charge.ID != p.Charge.ID || rec.State != chargeonce.KeyProcessing {
+	if rec.Token != "tok_operator" || rec.Key != "k" || rec.MerchantID != "m1" || rec.Charge.ID != p.Charge.ID || rec.State != chargeonce.KeyProcessing || !rec.LeaseHeld {
 		t.Fatalf("claimed record = %+v", rec)
 	}
 	// The attempt in flight lost its token: its completion is refused.
@@ -303,7 +310,8 @@ func testResolveTakesOverAndAudits(t *testing.T, s chargeonce.Store, o chargeonc
 	wantCode(t, "KeyComplete by the old token", err, chargeonce.ESTALE)
 
 	rp := resolveParams(rec, "tok_operator", chargeonce.StatusDeclined, "alice")
-	if err := o.ChargeResolve(t.Context(), rp); err != nil {
+	stored, err := o.ChargeResolve(t.Context(), rp)
+	if err != nil {
 		t.Fatalf("ChargeResolve: %v", err)
 	}
 	got := get(t, s, "m1", "k")
@@ -319,6 +327,10 @@ func testResolveTakesOverAndAudits(t *testing.T, s chargeonce.Store, o chargeonc
 	if a.Actor != "admin:alice" || a.Reason != rp.Audit.Reason || a.Detail != rp.Audit.Detail || a.Outcome != "declined" || a.ChargeID != p.Charge.ID || a.At.IsZero() {
 		t.Fatalf("audit entry = %+v", a)
 	}
+	// ChargeResolve answers the entry as stored: its id and time too.
+	if stored.ID != a.ID || !stored.At.Equal(a.At) || stored.Actor != a.Actor || stored.Outcome != a.Outcome {
+		t.Fatalf("ChargeResolve returned %+v, the trail holds %+v", stored, a)
+	}
 	h, err := o.ChargeHistory(t.Context(), p.Charge.ID)
 	if err != nil || len(h) != 1 || h[0].ID != a.ID {
 		t.Fatalf("history = %+v, %v; want the resolution", h, err)
@@ -326,7 +338,7 @@ func testResolveTakesOverAndAudits(t *testing.T, s chargeonce.Store, o chargeonc
 	// Resolving again: not processing, and nothing more is written.
 	_, err = o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_again", time.Minute)
 	wantCode(t, "ChargeResolveClaim of a resolved charge", err, chargeonce.ENOTPROCESSING)
-	err = o.ChargeResolve(t.Context(), rp)
+	_, err = o.ChargeResolve(t.Context(), rp)
 	wantCode(t, "ChargeResolve again", err, chargeonce.ESTALE)
 	if audit, _ := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10}); len(audit) != 1 {
 		t.Fatalf("audit trail after a refused resolution holds %d entries, want 1", len(audit))
@@ -346,7 +358,7 @@ func testResolveNotProcessing(t *testing.T, s chargeonce.Store, o chargeonce.Ope
 	_, err = o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok", time.Minute)
 	wantCode(t, "ChargeResolveClaim(settled)", err, chargeonce.ENOTPROCESSING)
 	// A stale resolution writes no audit entry.
-	err = o.ChargeResolve(t.Context(), resolveParams(chargeonce.KeyRecord{MerchantID: "m1", Key: "k", Charge: p.Charge}, "tok", chargeonce.StatusDeclined, "bob"))
+	_, err = o.ChargeResolve(t.Context(), resolveParams(chargeonce.KeyRecord{MerchantID: "m1", Key: "k", Charge: p.Charge}, "tok", chargeonce.StatusDeclined, "bob"))
 	wantCode(t, "ChargeResolve(settled)", err, chargeonce.ESTALE)
 	if h, err := o.ChargeHistory(t.Context(), p.Charge.ID); err != nil || len(h) != 0 {
 		t.Fatalf("history after a stale resolution = %+v, %v; want none", h, err)
@@ -358,6 +370,7 @@ func testResolveNotProcessing(t *testing.T, s chargeonce.Store, o chargeonce.Ope
 
 func testResolveWritesOutbox(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
 	p := newIntent("m1", "queued")
+	p.Lease = 0
 	insert(t, s, p)
 	if !notify(t, s, "m1", "queued") {
 		t.Fatal("KeyNotify: flagged=false")
@@ -367,7 +380,7 @@ func testResolveWritesOutbox(t *testing.T, s chargeonce.Store, o chargeonce.Oper
 		t.Fatalf("ChargeResolveClaim: %v", err)
 	}
 	rp := resolveParams(rec, "tok_op", chargeonce.StatusCaptured, "carol")
-	if err := o.ChargeResolve(t.Context(), rp); err != nil {
+	if _, err := o.ChargeResolve(t.Context(), rp); err != nil {
 		t.Fatalf("ChargeResolve: %v", err)
 	}
 	es := claimAll(t, s, longLease)
@@ -382,16 +395,18 @@ func testResolveWritesOutbox(t *testing.T, s chargeonce.Store, o chargeonce.Oper
 func testResolveWritesOneWebhookEvent(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
 	addEndpoint(t, s, "m1")
 	p := newIntent("m1", "stuck")
+	p.Lease = 0
 	insert(t, s, p)
 	rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_op", time.Minute)
 	if err != nil {
 		t.Fatalf("ChargeResolveClaim: %v", err)
 	}
 	rp := resolveParams(rec, "tok_op", chargeonce.StatusDeclined, "dave")
-	if err := o.ChargeResolve(t.Context(), rp); err != nil {
+	if _, err := o.ChargeResolve(t.Context(), rp); err != nil {
 		t.Fatalf("ChargeResolve: %v", err)
 	}
-	wantCode(t, "ChargeResolve again", o.ChargeResolve(t.Context(), rp), chargeonce.ESTALE)
+	_, err = o.ChargeResolve(t.Context(), rp)
+	wantCode(t, "ChargeResolve again", err, chargeonce.ESTALE)
 	es := events(t, s, "m1")
 	if len(es) != 1 || es[0].ChargeID != p.Charge.ID || es[0].Type != "charge.declined" {
 		t.Fatalf("events after a resolution = %+v; want one charge.declined for %s", es, p.Charge.ID)
@@ -424,14 +439,14 @@ func testResolveRacesCompletion(t *testing.T, s chargeonce.Store, o chargeonce.O
 			time.Sleep(time.Duration(i%4) * 5 * time.Millisecond) // spread the operator's clicks
 			tok := "tok_op_" + randHex(4)
 			rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, tok, time.Minute)
-			if chargeonce.ErrorCode(err) == chargeonce.ENOTPROCESSING {
-				return
+			if code := chargeonce.ErrorCode(err); code == chargeonce.ENOTPROCESSING || code == chargeonce.ELEASED {
+				return // settled first, or recovery holds it
 			}
 			if err != nil {
 				t.Errorf("ChargeResolveClaim: %v", err)
 				return
 			}
-			err = o.ChargeResolve(t.Context(), resolveParams(rec, tok, chargeonce.StatusCaptured, "dave"))
+			_, err = o.ChargeResolve(t.Context(), resolveParams(rec, tok, chargeonce.StatusCaptured, "dave"))
 			switch {
 			case err == nil:
 				resolved.Add(1)
@@ -477,4 +492,75 @@ func testResolveRacesCompletion(t *testing.T, s chargeonce.Store, o chargeonce.O
 		}
 	}
 	t.Logf("%d records: %d settled by resolutions, %d by recovery, %d audit entries", n, resolved.Load(), recovered.Load(), len(audit))
+}
+
+// testResolveNeverTakesALiveLease: an attempt or recovery pass driving a
+// charge under its lease may still capture it, so a resolution's claim is
+// refused (ELEASED, with the lease's time left) and changes nothing; a
+// recovery pass that claimed it holds it the same way.
+func testResolveNeverTakesALiveLease(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	p := newIntent("m1", "in-flight")
+	insert(t, s, p) // its lease runs for an hour: the attempt is at the acquirer
+	_, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_operator", time.Minute)
+	wantCode(t, "ChargeResolveClaim of a live lease", err, chargeonce.ELEASED)
+	if ra := chargeonce.ErrorRetryAfter(err); ra < longLease-time.Minute || ra > longLease {
+		t.Fatalf("RetryAfter = %v, want the lease's time left (about %v)", ra, longLease)
+	}
+	got := get(t, s, "m1", "in-flight")
+	if got.Token != p.Token || !got.LeaseHeld {
+		t.Fatalf("the refused claim changed the record: %+v", got)
+	}
+	// The attempt still completes: nobody took it over.
+	complete(t, s, "m1", "in-flight", p.Token, []byte(`{"by":"the attempt"}`))
+
+	// Recovery's claim holds the lease just as the attempt's did.
+	q := newIntent("m1", "recovering")
+	q.Lease = 0
+	insert(t, s, q)
+	rec, claimed, err := s.KeyClaim(t.Context(), "m1", "recovering", "tok_recovery", longLease)
+	if err != nil || !claimed || !rec.LeaseHeld {
+		t.Fatalf("KeyClaim = %+v, %v, %v", rec, claimed, err)
+	}
+	_, err = o.ChargeResolveClaim(t.Context(), q.Charge.ID, "tok_operator", time.Minute)
+	wantCode(t, "ChargeResolveClaim of recovery's lease", err, chargeonce.ELEASED)
+	// Once recovery lets go (a back-off), the operator may take it.
+	if err := s.KeyLeaseSet(t.Context(), "m1", "recovering", "tok_recovery", longLease, true); err != nil {
+		t.Fatalf("KeyLeaseSet: %v", err)
+	}
+	if got := get(t, s, "m1", "recovering"); got.LeaseHeld || got.LeaseExpired {
+		t.Fatalf("after the hand-off: held %v expired %v, want a back-off nobody holds", got.LeaseHeld, got.LeaseExpired)
+	}
+	if _, err := o.ChargeResolveClaim(t.Context(), q.Charge.ID, "tok_operator", time.Minute); err != nil {
+		t.Fatalf("ChargeResolveClaim in back-off: %v", err)
+	}
+}
+
+// testAcquirerIDAndAge: the acquirer's id recorded for a processing record
+// is read back by every read and claim, only its owner may record it, and a
+// record's age is measured by the database's clock.
+func testAcquirerIDAndAge(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	p := newIntent("m1", "k")
+	p.Lease = 0
+	insert(t, s, p)
+	wantCode(t, "KeyAcquirerIDSet by a stranger", s.KeyAcquirerIDSet(t.Context(), "m1", "k", "tok_nobody", "pi_1"), chargeonce.ESTALE)
+	if err := s.KeyAcquirerIDSet(t.Context(), "m1", "k", p.Token, "pi_123"); err != nil {
+		t.Fatalf("KeyAcquirerIDSet: %v", err)
+	}
+	if got := get(t, s, "m1", "k"); got.AcquirerID != "pi_123" {
+		t.Fatalf("AcquirerID = %q, want pi_123", got.AcquirerID)
+	}
+	recs, err := s.KeysClaimExpired(t.Context(), longLease, 10)
+	if err != nil || len(recs) != 1 || recs[0].AcquirerID != "pi_123" {
+		t.Fatalf("KeysClaimExpired = %+v, %v; want the record with its acquirer id", recs, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	got := get(t, s, "m1", "k")
+	// The age is now() - created_at by the database's clock; created_at is
+	// the database's too, so the two agree with each other whatever this
+	// process's clock says.
+	if got.Age < 50*time.Millisecond || got.Age > 30*time.Second {
+		t.Fatalf("Age = %v, want the time since the insert (>= 50ms)", got.Age)
+	}
+	complete(t, s, "m1", "k", recs[0].Token, []byte(`{}`))
+	wantCode(t, "KeyAcquirerIDSet once completed", s.KeyAcquirerIDSet(t.Context(), "m1", "k", recs[0].Token, "pi_2"), chargeonce.ESTALE)
 }

@@ -36,6 +36,8 @@ var problems = map[string]ProblemInfo{
 	// The operators' API (package admin).
 	chargeonce.ENOTPROCESSING: {http.StatusConflict, "Charge not processing"},
 	chargeonce.EDISAGREES:     {http.StatusConflict, "Acquirer disagrees"},
+	chargeonce.ELEASED:        {http.StatusConflict, "Charge in flight"},
+	chargeonce.EUNSURE:        {http.StatusConflict, "Acquirer unsure"},
 }
 
 // ProblemFor returns err's code and how it is shown; codes without an entry

@@ -58,9 +58,11 @@ func req(ref, token string) chargeonce.CaptureRequest {
 	return chargeonce.CaptureRequest{Reference: ref, OrderID: 1, Merchant: "demo", AmountCents: 1990, Currency: "BRL", PaymentToken: token}
 }
 
+// lookup asks about ref, first sent at firstSent: its age is measured here
+// as the engine measures it from the database's clock.
 func lookup(t testing.TB, h Harness, ref string, firstSent time.Time) chargeonce.LookupResult {
 	t.Helper()
-	lr, err := h.Acquirer.Lookup(t.Context(), chargeonce.LookupRequest{Reference: ref, FirstSent: firstSent})
+	lr, err := h.Acquirer.Lookup(t.Context(), chargeonce.LookupRequest{Reference: ref, Age: time.Since(firstSent), AgeKnown: true})
 	if err != nil {
 		t.Fatalf("Lookup(%s): %v", ref, err)
 	}

@@ -171,10 +171,30 @@ func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (
 	}
 	res, settled := result(req.Reference, pi)
 	if !settled {
-		return chargeonce.CaptureResult{}, fmt.Errorf("stripe: capturing %s: PaymentIntent %s is %s: the outcome is not known yet", req.Reference, pi.ID, pi.Status)
+		return chargeonce.CaptureResult{}, &OpenError{Reference: req.Reference, ID: pi.ID, Status: pi.Status}
 	}
 	return res, nil
 }
+
+// OpenError is a capture whose PaymentIntent's outcome is still open
+// (processing, for an asynchronous payment method). Its id is recorded
+// (chargeonce.AcquirerIDError), so that recovery retrieves the
+// PaymentIntent until it leaves that state: a re-send with the same
+// Idempotency-Key would only replay the first answer, "processing", for as
+// long as Stripe keeps the key.
+type OpenError struct {
+	Reference string
+	ID        string
+	Status    stripego.PaymentIntentStatus
+}
+
+// Error implements error.
+func (e *OpenError) Error() string {
+	return fmt.Sprintf("stripe: capturing %s: PaymentIntent %s is %s: the outcome is not known yet", e.Reference, e.ID, e.Status)
+}
+
+// AcquirerID implements chargeonce.AcquirerIDError.
+func (e *OpenError) AcquirerID() string { return e.ID }
 
 // captureError maps a failed create: a card error is a decline with
 // Stripe's decline_code; a 4xx that describes the request is a definite
@@ -294,19 +314,29 @@ func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.Captur
 
 // Lookup implements chargeonce.Acquirer honestly.
 //
-// While the reference is younger than KeyWindow (from req.FirstSent),
-// Stripe still holds its Idempotency-Key, so a re-send returns the first
-// answer (or creates the only PaymentIntent): LookupSafeToSend, without a
-// request. After that it searches PaymentIntents by the reference in their
-// metadata: a PaymentIntent found settles it (LookupFound), or leaves it
-// LookupUnsure while its outcome is open. Search is eventually consistent,
-// so a miss is LookupSafeToSend only for references older than SearchLag,
-// else LookupUnsure.
+// A reference whose PaymentIntent id is known (req.AcquirerID) is answered
+// by retrieving that PaymentIntent: settled, or unsure while it is open
+// (processing, awaiting capture), so recovery keeps retrieving it until it
+// leaves that state.
+//
+// Otherwise, to decide a re-send (chargeonce.LookupToResend) while the
+// reference is younger than KeyWindow, Stripe still holds its
+// Idempotency-Key, so a re-send returns the first answer (or creates the
+// only PaymentIntent): LookupSafeToSend, without a request. The age is
+// req.Age, measured by the database's clock, never this instance's clock
+// against a database timestamp.
+//
+// After that, and always to tell an operator what happened
+// (chargeonce.LookupToResolve), it searches PaymentIntents by the reference
+// in their metadata: a PaymentIntent found settles it (LookupFound), or
+// leaves it LookupUnsure while its outcome is open. Search is eventually
+// consistent, so a miss is LookupSafeToSend (nothing there) only for
+// references older than SearchLag, else LookupUnsure.
 func (a *Acquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
-	now := a.opts.Now()
-	known := !req.FirstSent.IsZero()
-	age := now.Sub(req.FirstSent)
-	if known && age < a.opts.KeyWindow {
+	if req.AcquirerID != "" {
+		return a.retrieve(ctx, req)
+	}
+	if req.Purpose == chargeonce.LookupToResend && req.AgeKnown && req.Age < a.opts.KeyWindow {
 		return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend,
 			Reason: "within Stripe's idempotency-key window: a re-send with the same key replays the first answer"}, nil
 	}
@@ -325,15 +355,48 @@ func (a *Acquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (ch
 	if len(found) > 0 {
 		return pick(req.Reference, found), nil
 	}
-	if known && age >= a.opts.SearchLag {
+	if req.AgeKnown && req.Age >= a.opts.SearchLag {
 		return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend,
 			Reason: "no PaymentIntent found, and the reference is older than the search lag"}, nil
 	}
 	lr := chargeonce.LookupResult{Reason: "no PaymentIntent found yet, but Stripe's search may lag behind a recent one"}
-	if known {
-		lr.RetryAfter = a.opts.SearchLag - age
+	if req.AgeKnown {
+		lr.RetryAfter = a.opts.SearchLag - req.Age
 	}
 	return lr, nil
+}
+
+// retrieve answers a lookup from the PaymentIntent whose id was recorded.
+func (a *Acquirer) retrieve(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	params := &stripego.PaymentIntentRetrieveParams{}
+	params.Context = ctx
+	pi, err := a.sc.V1PaymentIntents.Retrieve(ctx, req.AcquirerID, params)
+	if err != nil {
+		return chargeonce.LookupResult{}, a.withRetryAfter(err, fmt.Errorf("stripe: retrieving PaymentIntent %s of %s: %w", req.AcquirerID, req.Reference, err))
+	}
+	if ref := pi.Metadata[MetaReference]; ref != req.Reference {
+		return chargeonce.LookupResult{}, fmt.Errorf("stripe: PaymentIntent %s belongs to reference %q, not %s", pi.ID, ref, req.Reference)
+	}
+	return lookupOf(req.Reference, pi), nil
+}
+
+// lookupOf says what one PaymentIntent tells about its reference. Stripe's
+// own state binds an operator where money moved or may still move: a
+// PaymentIntent that succeeded, is processing or awaits capture can never
+// be called declined, and one that requires action never captured.
+func lookupOf(reference string, pi *stripego.PaymentIntent) chargeonce.LookupResult {
+	res, settled := result(reference, pi)
+	lr := chargeonce.LookupResult{AcquirerID: pi.ID, Reason: fmt.Sprintf("PaymentIntent %s is %s", pi.ID, pi.Status)}
+	if settled {
+		lr.Status, lr.Result = chargeonce.LookupFound, res
+	}
+	switch pi.Status {
+	case stripego.PaymentIntentStatusSucceeded, stripego.PaymentIntentStatusRequiresAction:
+		lr.Binding = true
+	case stripego.PaymentIntentStatusProcessing, stripego.PaymentIntentStatusRequiresCapture:
+		lr.Binding, lr.Open = true, true
+	}
+	return lr
 }
 
 // pick settles a reference from its PaymentIntents: a succeeded one wins
@@ -341,14 +404,14 @@ func (a *Acquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (ch
 func pick(reference string, pis []*stripego.PaymentIntent) chargeonce.LookupResult {
 	var open, declined []chargeonce.LookupResult
 	for _, pi := range pis {
-		res, settled := result(reference, pi)
+		lr := lookupOf(reference, pi)
 		switch {
-		case res.Status == chargeonce.StatusCaptured:
-			return chargeonce.LookupResult{Status: chargeonce.LookupFound, Result: res, Reason: "PaymentIntent " + pi.ID}
-		case !settled:
-			open = append(open, chargeonce.LookupResult{Reason: fmt.Sprintf("PaymentIntent %s is %s", pi.ID, pi.Status)})
+		case lr.Status == chargeonce.LookupFound && lr.Result.Status == chargeonce.StatusCaptured:
+			return lr
+		case lr.Status != chargeonce.LookupFound:
+			open = append(open, lr)
 		default:
-			declined = append(declined, chargeonce.LookupResult{Status: chargeonce.LookupFound, Result: res, Reason: "PaymentIntent " + pi.ID})
+			declined = append(declined, lr)
 		}
 	}
 	if len(open) > 0 {

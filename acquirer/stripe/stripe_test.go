@@ -192,7 +192,7 @@ func TestLookupIsHonest(t *testing.T) {
 	now := time.Now()
 	lookup := func(ref string, firstSent time.Time) chargeonce.LookupResult {
 		t.Helper()
-		lr, err := e.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: ref, FirstSent: firstSent})
+		lr, err := e.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: ref, Age: now.Sub(firstSent), AgeKnown: true})
 		if err != nil {
 			t.Fatalf("Lookup(%s): %v", ref, err)
 		}
@@ -223,7 +223,7 @@ func TestLookupIsHonest(t *testing.T) {
 		t.Fatalf("references with two PaymentIntents: %v", d)
 	}
 	e2 := setup(t, stripetest.Options{SearchLag: time.Hour}, stripe.Options{KeyWindow: time.Minute, SearchLag: lag}, 0)
-	if lr, err := e2.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_young", FirstSent: now.Add(-5 * time.Minute)}); err != nil || lr.Status != chargeonce.LookupUnsure || lr.RetryAfter <= 0 {
+	if lr, err := e2.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_young", Age: 5 * time.Minute, AgeKnown: true}); err != nil || lr.Status != chargeonce.LookupUnsure || lr.RetryAfter <= 0 {
 		t.Fatalf("a miss younger than the lag = %+v, %v; want unsure with a RetryAfter", lr, err)
 	}
 	if lr, err := e2.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_unknown_age"}); err != nil || lr.Status != chargeonce.LookupUnsure {
@@ -267,5 +267,47 @@ func TestRetryAfter(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: RetryAfter %s; want %s (%v)", tc.pm, got, tc.want, err)
 		}
+	}
+}
+
+// TestRetrieveBindsOperators: a lookup of a known PaymentIntent id
+// retrieves it, and says where Stripe's own state binds an operator: one
+// that requires action can never be called captured, one that is
+// processing never declined (and stays unsure until it moves on).
+func TestRetrieveBindsOperators(t *testing.T) {
+	t.Parallel()
+	e := setup(t, stripetest.Options{Processing: time.Hour}, stripe.Options{}, 0)
+	ctx := t.Context()
+	if res, err := e.acq.Capture(ctx, capture("ch_3ds", stripetest.PMAuthRequired)); err != nil || res.DeclineCode != stripe.DeclineAuthenticationRequired {
+		t.Fatalf("requires_action: %+v, %v", res, err)
+	}
+	_, err := e.acq.Capture(ctx, capture("ch_async", stripetest.PMProcessing))
+	open, ok := errors.AsType[chargeonce.AcquirerIDError](err)
+	if !ok || open.AcquirerID() == "" {
+		t.Fatalf("a processing PaymentIntent: %v; want an unknown outcome naming its id", err)
+	}
+	ids := map[string]string{}
+	for _, pi := range e.fake.Intents() {
+		ids[pi.Metadata[stripe.MetaReference]] = pi.ID
+	}
+	if open.AcquirerID() != ids["ch_async"] {
+		t.Fatalf("the error names %s, the PaymentIntent is %s", open.AcquirerID(), ids["ch_async"])
+	}
+	lookup := func(ref string) chargeonce.LookupResult {
+		t.Helper()
+		lr, err := e.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: ref, AcquirerID: ids[ref], Purpose: chargeonce.LookupToResolve})
+		if err != nil {
+			t.Fatalf("Lookup(%s): %v", ref, err)
+		}
+		return lr
+	}
+	if lr := lookup("ch_3ds"); lr.Status != chargeonce.LookupFound || lr.Result.Status != chargeonce.StatusDeclined || !lr.Binding {
+		t.Fatalf("requires_action: %+v; want found, declined, binding", lr)
+	}
+	if lr := lookup("ch_async"); lr.Status != chargeonce.LookupUnsure || !lr.Open || !lr.Binding || lr.AcquirerID != ids["ch_async"] {
+		t.Fatalf("processing: %+v; want unsure, open, binding", lr)
+	}
+	if _, err := e.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_other", AcquirerID: ids["ch_async"]}); err == nil {
+		t.Fatal("a PaymentIntent of another reference: want an error")
 	}
 }

@@ -105,8 +105,7 @@ func TestWireShapeAgainstStripeMock(t *testing.T) {
 		}
 		t.Logf("create+confirm %s: %+v", cur, res)
 	}
-	old := time.Now().Add(-48 * time.Hour)
-	lr, err := acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_wire_BRL", FirstSent: old})
+	lr, err := acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_wire_BRL", Age: 48 * time.Hour, AgeKnown: true})
 	if err != nil {
 		t.Fatalf("search: stripe-mock refused it: %v", err)
 	}

@@ -22,6 +22,9 @@
 //	pm_slow                                    succeeded after Options.Slow; the key is in use meanwhile
 //	                                           (a request with it answers 409 idempotency_key_in_use)
 //	pm_invalid                                 400 invalid_request_error, nothing created
+//	pm_processing                              processing (an asynchronous payment method) until
+//	                                           Options.Processing after its creation, then succeeded;
+//	                                           the key replays "processing", as Stripe's does
 //
 // The faults strike only the first request for a reference (or every
 // request within Options.FaultFor of its first), like a transient outage;
@@ -56,6 +59,7 @@ const (
 	PMUnavailable         = "pm_unavailable"
 	PMSlow                = "pm_slow"
 	PMInvalid             = "pm_invalid"
+	PMProcessing          = "pm_processing"
 	DeclineInsufficient   = "insufficient_funds"
 	DeclineGenericDecline = "generic_decline"
 )
@@ -79,6 +83,9 @@ type Options struct {
 	RetryAfter time.Duration
 	// Slow is how long pm_slow holds its request before it commits.
 	Slow time.Duration
+	// Processing is how long a pm_processing PaymentIntent stays
+	// processing before it succeeds (0: for ever).
+	Processing time.Duration
 }
 
 // PaymentIntent is the fake's record of one PaymentIntent.
@@ -157,6 +164,8 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.create(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		f.search(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
+		f.retrieve(w, strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"))
 	default:
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Message: "Unrecognized request URL"})
 	}
@@ -277,6 +286,9 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	case PMAuthRequired:
 		pi.Status = "requires_action"
 		answer = pi
+	case PMProcessing:
+		pi.Status = "processing"
+		answer = pi
 	default:
 		pi.Status = "succeeded"
 		answer = pi
@@ -328,6 +340,7 @@ func (f *Fake) search(w http.ResponseWriter, r *http.Request) {
 	data := []*PaymentIntent{}
 	for _, pi := range f.intents {
 		if pi.Metadata[name] == value && now.Sub(pi.createdAt) >= f.opts.SearchLag {
+			f.settle(pi, now)
 			cp := *pi
 			data = append(data, &cp)
 		}
@@ -337,12 +350,44 @@ func (f *Fake) search(w http.ResponseWriter, r *http.Request) {
 	writeRaw(w, http.StatusOK, body)
 }
 
+// retrieve answers GET /v1/payment_intents/{id}.
+func (f *Fake) retrieve(w http.ResponseWriter, id string) {
+	now := time.Now()
+	f.mu.Lock()
+	var found *PaymentIntent
+	for _, pi := range f.intents {
+		if pi.ID == id {
+			f.settle(pi, now)
+			cp := *pi
+			found = &cp
+		}
+	}
+	f.mu.Unlock()
+	if found == nil {
+		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
+			Message: fmt.Sprintf("No such payment_intent: '%s'", id)})
+		return
+	}
+	body, _ := json.Marshal(found)
+	writeRaw(w, http.StatusOK, body)
+}
+
+// settle moves a pm_processing PaymentIntent on once Options.Processing
+// has passed. f.mu is held.
+func (f *Fake) settle(pi *PaymentIntent, now time.Time) {
+	if pi.Status == "processing" && f.opts.Processing > 0 && now.Sub(pi.createdAt) >= f.opts.Processing {
+		pi.Status = "succeeded"
+	}
+}
+
 // Intents returns every PaymentIntent created, oldest first.
 func (f *Fake) Intents() []PaymentIntent {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]PaymentIntent, len(f.intents))
+	now := time.Now()
 	for i, pi := range f.intents {
+		f.settle(pi, now)
 		out[i] = *pi
 	}
 	return out
