@@ -99,10 +99,11 @@ type Options struct {
 	// it waiting.
 	MerchantMaxInFlight int
 	// MerchantRate is the token bucket every merchant's charge attempts go
-	// through, replays included (a flood of replays is load too), before
-	// anything is written; an attempt without a token is refused with
-	// ERATELIMITED. MerchantRates overrides it for some merchants. The
-	// zero Rate applies no limit.
+	// through before anything is written. An attempt without a token that
+	// would start work (a new intent) is refused with ERATELIMITED; one
+	// answered without starting anything (a replay, 409, 422) is answered
+	// all the same, after one read (see overRate). MerchantRates overrides
+	// it for some merchants. The zero Rate applies no limit.
 	MerchantRate  Rate
 	MerchantRates map[string]Rate
 	// BackoffBase and BackoffMax shape how long a record whose acquirer
@@ -236,21 +237,18 @@ func (e *Engine) Options() Options { return e.opts }
 // that must call the acquirer (its insert won, or it claims an expired
 // lease) takes one of the MaxInFlight slots, waiting at most AdmissionWait;
 // a new record that gets no slot is released again, since the acquirer was
-// never called.
+// never called. The merchant's rate, checked first, refuses only new work
+// too: over it, the cheap answers are still given (see overRate).
 func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest) (Response, error) {
 	if err := ctx.Err(); err != nil {
 		// The client gave up before the attempt started: nothing written.
 		return Response{}, abandoned(err)
 	}
 	// The merchant's rate comes before anything is written, so that an
-	// attempt over it leaves nothing behind and costs no database work.
+	// attempt over it leaves nothing behind. Under the rate (the common
+	// path) it costs nothing more; over it, see overRate.
 	if ok, wait := e.rates.allow(merchantID); !ok {
-		e.observeRateLimited(RateLimitedRate)
-		return Response{}, &chargeonce.Error{
-			Code:       chargeonce.ERATELIMITED,
-			Message:    "this merchant is over its rate of charge attempts; nothing was kept for this Idempotency-Key: retry after the time in Retry-After",
-			RetryAfter: wait,
-		}
+		return e.overRate(ctx, merchantID, key, req, wait)
 	}
 	client := ctx
 	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
@@ -343,6 +341,54 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		return e.busy(claimed)
 	}
 	return e.decided(ctx, claimed, "lease ended: claimed the record, looking the reference up before any re-send", e.driveAttempt(ctx, claimed, token, true)), nil
+}
+
+// overRate answers an attempt its merchant's bucket had no token for. The
+// rate bounds the work a merchant can start, not the answers it may hear:
+// a replay, a 409 or a 422 starts nothing and is what the attempt would be
+// told anyway, and refusing it would only make the client (or a queue
+// message) come back for the same answer. So one read decides, from memory
+// when the record is completed and cached (replaycache), before anything is
+// written: a completed record is replayed (422 for another request), a
+// record in flight under a live lease answers as busy does (409, or 202
+// for an unknown outcome), and a record whose lease ended answers 202 with
+// the charge (the lease is not claimed over the rate: recovery, or a retry
+// under the rate, drives it). Only a new intent (no record, or a completed
+// one past its expiry, which a retry would start afresh) is refused 429,
+// with nothing written, as is an attempt whose read failed.
+func (e *Engine) overRate(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest, wait time.Duration) (Response, error) {
+	refused := func() (Response, error) {
+		e.observeRateLimited(RateLimitedRate)
+		return Response{}, &chargeonce.Error{
+			Code:       chargeonce.ERATELIMITED,
+			Message:    "this merchant is over its rate of charge attempts; nothing was kept for this Idempotency-Key: retry after the time in Retry-After",
+			RetryAfter: wait,
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.opts.WriteTimeout)
+	defer cancel()
+	rec, err := e.store.KeyGet(rctx, merchantID, key)
+	if err != nil {
+		return refused()
+	}
+	if rec.State == chargeonce.KeyCompleted && !rec.ExpiresAt.IsZero() && rec.ExpiresIn <= 0 {
+		return refused()
+	}
+	if rec.Fingerprint != idempotency.Fingerprint("POST", "/v1/charges", req) {
+		e.decided(ctx, rec, "over the rate; key used for a different request: 422", Response{Status: 422})
+		return Response{}, chargeonce.Errorf(chargeonce.EKEYREUSED,
+			"this Idempotency-Key was already used for a different request; use a new key for a new payment intent")
+	}
+	if rec.State == chargeonce.KeyCompleted {
+		return e.decided(ctx, rec, "over the rate; key completed: replaying the stored answer", replay(rec)), nil
+	}
+	if !rec.LeaseExpired {
+		resp, err := e.busy(rec)
+		return e.decided(ctx, rec, "over the rate; key in flight under another attempt's lease", resp), err
+	}
+	e.observeRateLimited(RateLimitedRate)
+	return e.decided(ctx, rec, "over the rate; lease ended: left for recovery or a retry under the rate",
+		Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: wait}), nil
 }
 
 // decided logs, at debug level, what the engine decided for an attempt and

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http/httptest"
@@ -12,7 +13,9 @@ import (
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/httpapi"
+	"github.com/chargeonce/chargeonce/idempotency"
 	"github.com/chargeonce/chargeonce/internal/apitest"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // TestFloodingMerchantLeavesOthersAdmitted: merchant demo floods 100
@@ -141,8 +144,9 @@ func startWithKeys(t *testing.T, store chargeonce.Store, acq chargeonce.Acquirer
 
 // TestMerchantRate: a merchant over its rate is refused with 429
 // rate-limited and a Retry-After from its bucket, before anything is
-// written, replays included; another merchant is unaffected, and a rate of
-// its own from the keys file is honoured.
+// written (a replay is still answered: TestMerchantRateCheapAnswersFirst);
+// another merchant is unaffected, and a rate of its own from the keys file
+// is honoured.
 func TestMerchantRate(t *testing.T) {
 	t.Parallel()
 	store := apitest.Store(t, "postgres")
@@ -177,8 +181,10 @@ func TestMerchantRate(t *testing.T) {
 	if list, err := store.ChargesListByOrder(context.Background(), "demo", base+3); err != nil || len(list) != 0 {
 		t.Fatalf("the refused charge is stored: %+v %v", list, err)
 	}
-	// A replay is load too: it waits for a token like anything else.
-	wantProblem(t, charge(apitest.APIKey, "rate-demo-0", base), 429, "rate-limited")
+	// A replay costs no acquirer call and starts nothing: it is answered.
+	if r := charge(apitest.APIKey, "rate-demo-0", base); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("a replay over the rate: %d %s; want the stored 201, replayed", r.Status, r.Body)
+	}
 
 	for i := range 6 {
 		if r := charge(apitest.OtherAPIKey, fmt.Sprintf("rate-other-%d", i), base+10+int64(i)); r.Status != 201 {
@@ -188,5 +194,77 @@ func TestMerchantRate(t *testing.T) {
 	wantProblem(t, charge(apitest.OtherAPIKey, "rate-other-over", base+16), 429, "rate-limited")
 	if n := sim.Stats().CaptureRequests; n != 9 {
 		t.Fatalf("the acquirer got %d captures, want 9: a refused attempt reached it", n)
+	}
+}
+
+// TestMerchantRateCheapAnswersFirst (issue 32.5): a merchant over its rate
+// still gets every answer that starts nothing, at once: a replay (from the
+// replay cache too), 409 for an attempt in flight, 422 for a key reused,
+// 202 for a record whose lease ended (it is left for recovery, not driven
+// over the rate). Only a new intent is refused 429, with nothing kept.
+func TestMerchantRateCheapAnswersFirst(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			// One token, then one a minute: every attempt after the first
+			// is over the rate.
+			f := setup(t, kind, engine.Options{MerchantRate: engine.Rate{PerSecond: 1.0 / 60, Burst: 1}}, acquirer.Options{})
+			order := orderSeq.Add(10)
+			first := apitest.Charge(t, f.inst.URL, "cheap-done", chargeBody(order, "tok_ok"))
+			if first.Status != 201 {
+				t.Fatalf("the first charge: %d %s", first.Status, first.Body)
+			}
+			for i := range 2 { // the store's answer, then the cache's
+				r := apitest.Charge(t, f.inst.URL, "cheap-done", chargeBody(order, "tok_ok"))
+				if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(r.Body, first.Body) {
+					t.Fatalf("replay %d over the rate: %d %s; want the stored 201, replayed", i, r.Status, r.Body)
+				}
+			}
+			if h := f.inst.Replays.Stats().Hits; h == 0 {
+				t.Fatalf("no replay was answered from the cache")
+			}
+			wantProblem(t, apitest.Charge(t, f.inst.URL, "cheap-done", chargeBody(order, "tok_other")), 422, "idempotency-key-reused")
+
+			insert := func(key string, order int64, lease time.Duration) {
+				t.Helper()
+				req, err := wire.DecodeChargeRequest([]byte(chargeBody(order, "tok_ok")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok, err := f.store.KeyInsert(context.Background(), chargeonce.KeyInsertParams{
+					Fingerprint: idempotency.Fingerprint("POST", "/v1/charges", &req),
+					Token:       "tok_elsewhere", Lease: lease,
+					Charge: chargeonce.Charge{ID: idempotency.NewChargeID(), MerchantID: "demo", IdempotencyKey: key,
+						OrderID: req.OrderID, AmountCents: req.AmountCents, Currency: req.Currency, PaymentToken: req.PaymentToken},
+				}); err != nil || !ok {
+					t.Fatalf("inserting %s: %v %v", key, ok, err)
+				}
+			}
+			insert("cheap-held", order+1, time.Hour)
+			held := apitest.Charge(t, f.inst.URL, "cheap-held", chargeBody(order+1, "tok_ok"))
+			wantProblem(t, held, 409, "request-in-progress")
+			retryAfter(t, held)
+			insert("cheap-lapsed", order+2, time.Millisecond)
+			time.Sleep(50 * time.Millisecond)
+			lapsed := apitest.Charge(t, f.inst.URL, "cheap-lapsed", chargeBody(order+2, "tok_ok"))
+			if lapsed.Status != 202 || decodeCharge(t, lapsed.Body).Status != "processing" {
+				t.Fatalf("a record whose lease ended, over the rate: %d %s; want 202 processing", lapsed.Status, lapsed.Body)
+			}
+			retryAfter(t, lapsed)
+			if rec, err := f.store.KeyGet(context.Background(), "demo", "cheap-lapsed"); err != nil || rec.State != chargeonce.KeyProcessing || rec.Token != "tok_elsewhere" {
+				t.Fatalf("the lapsed record was taken over the rate: %+v %v", rec.State, err)
+			}
+
+			r := apitest.Charge(t, f.inst.URL, "cheap-new", chargeBody(order+3, "tok_ok"))
+			wantProblem(t, r, 429, "rate-limited")
+			retryAfter(t, r)
+			if _, err := f.store.KeyGet(context.Background(), "demo", "cheap-new"); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+				t.Fatalf("the refused key's record is there (err %v): nothing may be kept", err)
+			}
+			if n := f.sim.Stats().CaptureRequests; n != 1 {
+				t.Fatalf("the acquirer got %d captures, want 1", n)
+			}
+		})
 	}
 }

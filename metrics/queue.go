@@ -22,7 +22,7 @@ func (m *Metrics) Queue() *Queue {
 	q := &Queue{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chargeonce_queue_messages_total",
-			Help: "Charge request deliveries handled by the worker, by outcome (answered, replayed, outbox, in_progress, rejected, poison, error, gave_up).",
+			Help: "Charge request deliveries handled by the worker, by outcome (answered, replayed, outbox, in_progress, rejected, poison, error, gave_up, delayed).",
 		}, []string{"outcome"}),
 		redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chargeonce_queue_redeliveries_total",

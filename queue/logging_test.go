@@ -20,7 +20,7 @@ func TestWorkerLogsNoRawKeys(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	var logged apitest.Buffer
-	eng := engine.New(brokenStore{e.store}, e.acq.client(), e.opts)
+	eng := engine.New(failingStore{Store: e.store}, e.acq.client(), e.opts)
 	w := queue.NewWorker(e.js, eng, e.store, queue.WorkerOptions{MaxDeliver: 2, Logger: slog.New(slog.NewJSONHandler(&logged, nil))})
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)

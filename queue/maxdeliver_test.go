@@ -1,8 +1,6 @@
 package queue_test
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -69,20 +67,14 @@ func TestMaxDeliverInFlightHandedToOutbox(t *testing.T) {
 	}
 }
 
-// brokenStore fails every insert, like a database that is down.
-type brokenStore struct{ chargeonce.Store }
-
-func (brokenStore) KeyInsert(context.Context, chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
-	return chargeonce.KeyRecord{}, false, errors.New("connection refused")
-}
-
 // TestMaxDeliverFailingDeadLettered: a request whose every delivery fails
 // (the database is down) is copied to charges.dead with reason
-// max-deliveries at its last delivery and terminated; nothing was charged.
+// max-deliveries at its last delivery and terminated, with a 503 result
+// saying it was given up; nothing was charged.
 func TestMaxDeliverFailingDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	eng := engine.New(brokenStore{e.store}, e.acq.client(), e.opts)
+	eng := engine.New(failingStore{Store: e.store}, e.acq.client(), e.opts)
 	w := queue.NewWorker(e.js, eng, e.store, queue.WorkerOptions{MaxDeliver: 2})
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -98,8 +90,10 @@ func TestMaxDeliverFailingDeadLettered(t *testing.T) {
 		t.Fatalf("dead letter: %v %q", d.header, d.body)
 	}
 	consumerDrained(t, e.js, queue.DefaultDurable, 20*time.Second)
-	if n := len(messages(t, e.js, queue.ResultSubject(merchant))); n != 0 {
-		t.Fatalf("%d results for a request that never ran", n)
+	// Nothing was kept for the key: the result says the request was given
+	// up, so that its sender knows to send it again.
+	if r := messages(t, e.js, queue.ResultSubject(merchant)); len(r) != 1 || r[0].status() != "503" || r[0].key() != "doomed" {
+		t.Fatalf("results %v; want one 503 saying the request was given up", r)
 	}
 	if st := e.acq.sim.Stats(); st.CaptureRequests != 0 {
 		t.Fatalf("the acquirer saw %d requests", st.CaptureRequests)

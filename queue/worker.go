@@ -27,9 +27,11 @@ const (
 	// result's publish. A message not acked in time is redelivered, which
 	// is harmless (it replays) but wasteful.
 	DefaultAckWait = 30 * time.Second
-	// DefaultMaxDeliver bounds redeliveries. With the NakWithDelay back-off
-	// below (1 s doubling to 30 s) the last delivery comes about 7.5 minutes
-	// after the first.
+	// DefaultMaxDeliver bounds the deliveries of a request that keeps
+	// failing. With the NakWithDelay back-off below (1 s doubling to 30 s)
+	// the last delivery comes about 7.5 minutes after the first. A request
+	// waiting out its merchant's rate or an overload is not redelivered
+	// (see fairQueue.postpone), so waiting spends none of them.
 	DefaultMaxDeliver    = 20
 	DefaultMaxAckPending = 1000
 	DefaultConcurrency   = 32
@@ -47,6 +49,10 @@ const (
 // pullExpiry is how long one pull request of the worker lasts.
 const pullExpiry = 5 * time.Second
 
+// minPostpone is the shortest wait of a postponed request, so that a
+// Retry-After rounded down to nothing cannot spin a handler.
+const minPostpone = 10 * time.Millisecond
+
 // Message outcomes, as Observer sees them.
 const (
 	OutcomeAnswered   = "answered"    // a final answer published (201/402)
@@ -56,7 +62,11 @@ const (
 	OutcomeRejected   = "rejected"    // 422: the key was used for another request
 	OutcomePoison     = "poison"      // 400/413: dead-lettered and terminated
 	OutcomeError      = "error"       // a database or JetStream failure: redelivered later
-	OutcomeGaveUp     = "gave_up"     // MaxDeliver reached while still failing: dead-lettered
+	OutcomeGaveUp     = "gave_up"     // MaxDeliver reached while still failing: a 503 result, dead-lettered
+	// OutcomeDelayed: the engine could not start it yet (429 for the
+	// merchant's rate or share, 503 overloaded); the worker keeps it and
+	// tries again after its Retry-After, without a redelivery.
+	OutcomeDelayed = "delayed"
 )
 
 // Observer receives the worker's and the publisher's events for metrics.
@@ -151,6 +161,14 @@ func NewWorker(js jetstream.JetStream, eng *engine.Engine, store chargeonce.Stor
 }
 
 // ConsumerConfig is the durable consumer every worker shares.
+//
+// Its MaxDeliver is twice the worker's. The worker gives a request up
+// itself at its MaxDeliver-th failing delivery, and answers it then (see
+// giveUp); JetStream, at its own MaxDeliver, would drop the request with
+// nothing but an advisory, unanswered. The second half is room for what
+// can keep the worker from finishing that last delivery (the results
+// stream unreachable as it gives up, a request given back at shutdown, a
+// crash), so that JetStream is never the one to give up first.
 func (w *Worker) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       w.opts.Durable,
@@ -159,7 +177,7 @@ func (w *Worker) ConsumerConfig() jetstream.ConsumerConfig {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       w.opts.AckWait,
-		MaxDeliver:    w.opts.MaxDeliver,
+		MaxDeliver:    2 * w.opts.MaxDeliver,
 		MaxAckPending: w.opts.MaxAckPending,
 	}
 }
@@ -191,8 +209,12 @@ func (w *Worker) Start(ctx context.Context) error {
 				if !ok {
 					return
 				}
-				w.Handle(hctx, msg)
-				q.done(merchant)
+				wait, delayed := w.run(hctx, msg)
+				if delayed && !q.postpone(merchant, streamSeq(msg), msg, wait) {
+					// Stopping: back to JetStream, for after its wait.
+					w.settle(msg, func() error { return msg.NakWithDelay(wait) }, streamSeq(msg))
+				}
+				q.done(merchant, delayed)
 			}
 		})
 	}
@@ -277,30 +299,48 @@ func (w *Worker) Stop() {
 // giveBack naks a message fetched but never handled, so JetStream
 // redelivers it now rather than after AckWait.
 func (w *Worker) giveBack(msg jetstream.Msg) {
-	var seq uint64
+	w.settle(msg, msg.Nak, streamSeq(msg))
+}
+
+// streamSeq is msg's sequence in its stream, zero when it has no JetStream
+// metadata.
+func streamSeq(msg jetstream.Msg) uint64 {
 	if md, err := msg.Metadata(); err == nil {
-		seq = md.Sequence.Stream
+		return md.Sequence.Stream
 	}
-	w.settle(msg, msg.Nak, seq)
+	return 0
 }
 
 // Handle answers one delivery: the whole per-message protocol, exported so
-// tests can drive it message by message.
+// tests can drive it message by message. A request the engine cannot start
+// yet (OutcomeDelayed) is naked with its Retry-After here; the worker's own
+// handlers keep such a request instead, without a redelivery (see
+// fairQueue.postpone).
 func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg) {
+	if wait, delayed := w.run(ctx, msg); delayed {
+		w.settle(msg, func() error { return msg.NakWithDelay(wait) }, streamSeq(msg))
+	}
+}
+
+// run handles one delivery, traced and observed. For a request the engine
+// could not start yet it settles nothing and returns its Retry-After: the
+// caller keeps the message or gives it back.
+func (w *Worker) run(ctx context.Context, msg jetstream.Msg) (wait time.Duration, delayed bool) {
 	ctx, span := w.startSpan(ctx, msg)
-	outcome, redelivered := w.handle(ctx, msg)
+	outcome, redelivered, wait := w.handle(ctx, msg)
 	endSpan(span, outcome)
 	if w.opts.Observer != nil {
 		w.opts.Observer.Message(outcome, redelivered)
 	}
+	return wait, outcome == OutcomeDelayed
 }
 
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string, redelivered bool) {
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string, redelivered bool, wait time.Duration) {
 	md, err := msg.Metadata()
 	if err != nil {
 		// Not a JetStream message: nothing to ack.
 		w.log.Error("charge request without JetStream metadata", "subject", msg.Subject(), "err", err)
-		return OutcomeError, false
+		return OutcomeError, false, 0
 	}
 	redelivered = md.NumDelivered > 1
 	last := md.NumDelivered >= uint64(w.opts.MaxDeliver) //nolint:gosec // G115: MaxDeliver > 0, NewWorker replaces anything lower with DefaultMaxDeliver
@@ -313,7 +353,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		// The consumer's filter makes this unreachable; never block on it.
 		w.log.Error("charge request on a subject without a merchant; terminated", "subject", msg.Subject(), "seq", seq)
 		w.settle(msg, msg.Term, seq)
-		return OutcomePoison, redelivered
+		return OutcomePoison, redelivered, 0
 	}
 	rawKeys := msg.Headers().Values(HeaderIdempotencyKey)
 	key, err := idempotency.ParseKey(rawKeys)
@@ -322,77 +362,96 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		if len(rawKeys) > 0 {
 			raw = rawKeys[0]
 		}
-		return w.poison(wctx, msg, merchant, raw, seq, err), redelivered
+		return w.poison(wctx, msg, merchant, raw, seq, err), redelivered, 0
 	}
 	if err := CheckMerchant(merchant); err != nil {
-		return w.poison(wctx, msg, merchant, key, seq, err), redelivered
+		return w.poison(wctx, msg, merchant, key, seq, err), redelivered, 0
 	}
 	req, err := wire.DecodeChargeRequest(msg.Data())
 	if err != nil {
-		return w.poison(wctx, msg, merchant, key, seq, err), redelivered
+		return w.poison(wctx, msg, merchant, key, seq, err), redelivered, 0
 	}
+	later := func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }
+	d := delivery{msg: msg, merchant: merchant, key: key, seq: seq, delivered: md.NumDelivered, last: last}
 
 	resp, err := w.engine.Charge(ctx, merchant, key, &req)
 	switch code := chargeonce.ErrorCode(err); {
 	case err == nil && resp.Status == 202:
 		// The acquirer's outcome is unknown; recovery settles it, and the
 		// outbox publishes the answer then.
-		return w.awaitSettlement(wctx, msg, merchant, key, seq), redelivered
+		return w.awaitSettlement(wctx, d), redelivered, 0
 	case err == nil:
 		r := Result{Merchant: merchant, Key: key, Status: resp.Status, Body: resp.Body, Replayed: resp.Replayed}
 		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
 			// Stored, but not published: the redelivery replays it.
 			w.log.WarnContext(wctx, "publishing a result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
-			w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
-			return OutcomeError, redelivered
+			w.settle(msg, later, seq)
+			return OutcomeError, redelivered, 0
 		}
 		w.settle(msg, msg.Ack, seq)
 		if resp.Replayed {
-			return OutcomeReplayed, redelivered
+			return OutcomeReplayed, redelivered, 0
 		}
-		return OutcomeAnswered, redelivered
+		return OutcomeAnswered, redelivered, 0
+	case code == chargeonce.ERATELIMITED || code == chargeonce.EOVERLOADED:
+		// Not started, nothing kept: a delay, not a failed delivery. The
+		// caller keeps the request and tries it again after Retry-After.
+		return OutcomeDelayed, redelivered, max(chargeonce.ErrorRetryAfter(err), minPostpone)
 	case code == chargeonce.EINPROGRESS:
 		if last {
 			// No more redeliveries: hand the answer to the outbox instead.
-			return w.awaitSettlement(wctx, msg, merchant, key, seq), redelivered
+			return w.awaitSettlement(wctx, d), redelivered, 0
 		}
-		w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
-		return OutcomeInProgress, redelivered
+		w.settle(msg, later, seq)
+		return OutcomeInProgress, redelivered, 0
 	case code == chargeonce.EKEYREUSED:
 		status, body := wire.Problem(err, "")
 		r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
 		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
 			w.log.WarnContext(wctx, "publishing a 422 result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
-			w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
-			return OutcomeError, redelivered
+			w.settle(msg, later, seq)
+			return OutcomeError, redelivered, 0
 		}
 		w.settle(msg, msg.Ack, seq)
-		return OutcomeRejected, redelivered
+		return OutcomeRejected, redelivered, 0
 	default:
 		// 5xx: nothing was stored (the engine released the key, or never
 		// wrote it), so the request is simply tried again later.
 		if last {
-			w.log.ErrorContext(wctx, "charge request still failing at its last delivery; dead-lettered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "err", err)
-			if derr := w.deadLetter(wctx, msg, merchant, seq, "max-deliveries"); derr != nil {
-				w.log.Error("dead-lettering failed", "seq", seq, "err", derr)
-			}
-			w.settle(msg, msg.Term, seq)
-			return OutcomeGaveUp, redelivered
+			return w.giveUp(wctx, d, err), redelivered, 0
 		}
 		w.log.WarnContext(wctx, "charge request failed; redelivering later", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "err", err)
-		w.settle(msg, func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }, seq)
-		return OutcomeError, redelivered
+		w.settle(msg, later, seq)
+		return OutcomeError, redelivered, 0
 	}
+}
+
+// delivery is one delivery of a well-formed request, as the steps after the
+// engine need it.
+type delivery struct {
+	msg           jetstream.Msg
+	merchant, key string
+	seq           uint64
+	delivered     uint64
+	// last is the worker's last delivery of it (MaxDeliver): a failure now
+	// gives the request up (giveUp) instead of naking it.
+	last bool
 }
 
 // awaitSettlement makes sure the answer of an intent still processing is
 // published when it settles, then acks: the flag makes whoever completes
 // the record write the outbox row in the same statement; if the record
 // completed before the flag landed, its stored answer is published here.
-func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchant, key string, seq uint64) string {
+// What fails is tried again at a redelivery, or, at the last delivery,
+// ends in giveUp.
+func (w *Worker) awaitSettlement(ctx context.Context, d delivery) string {
+	msg, merchant, key, seq := d.msg, d.merchant, d.key, d.seq
 	nak := func() error { return msg.NakWithDelay(time.Second) }
 	flagged, err := w.store.KeyNotify(ctx, merchant, key)
 	if err != nil {
+		if d.last {
+			return w.giveUp(ctx, d, fmt.Errorf("flagging the record for the outbox: %w", err))
+		}
 		w.log.WarnContext(ctx, "flagging a record for the outbox failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", err)
 		w.settle(msg, nak, seq)
 		return OutcomeError
@@ -405,6 +464,9 @@ func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchan
 	if err != nil || rec.State != chargeonce.KeyCompleted {
 		// Gone (released before the acquirer was called) or unreadable:
 		// the redelivery runs the request again.
+		if d.last {
+			return w.giveUp(ctx, d, errors.New("the record was neither flagged nor completed"))
+		}
 		w.settle(msg, nak, seq)
 		return OutcomeError
 	}
@@ -416,6 +478,76 @@ func (w *Worker) awaitSettlement(ctx context.Context, msg jetstream.Msg, merchan
 	}
 	w.settle(msg, msg.Ack, seq)
 	return OutcomeAnswered
+}
+
+// giveUp ends a request that still fails at its last delivery, so that it
+// is answered all the same: JetStream will not deliver it again (or only
+// in the room ConsumerConfig leaves for a give-up that fails). What the
+// sender is told depends on the intent's record:
+//
+//   - processing: flagged for the outbox, which publishes its answer when
+//     it settles, and the request is acked, as for a 409 at the last
+//     delivery;
+//   - completed: its stored answer is published and the request acked;
+//   - none: a final 503 unavailable result for this request says that it
+//     was given up and that nothing is kept for its key, so sending it again
+//     with the same key charges it;
+//   - unreadable: a final 503 says it was given up and that whether its
+//     intent was started is unknown; sending it again with the same key
+//     gets the stored answer if there is one, and charges once otherwise.
+//
+// A request answered 503 is copied to charges.dead (max-deliveries) and
+// terminated. When even that cannot be published, it is naked: the give-up
+// is tried again at the next delivery.
+func (w *Worker) giveUp(ctx context.Context, d delivery, cause error) string {
+	msg, merchant, key, seq := d.msg, d.merchant, d.key, d.seq
+	log := w.log.With("merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "seq", seq, "deliveries", d.delivered)
+	nak := func() error { return msg.NakWithDelay(w.nakDelay(d.delivered)) }
+	flagged, nerr := w.store.KeyNotify(ctx, merchant, key)
+	if nerr == nil && flagged {
+		log.WarnContext(ctx, "charge request still failing at its last delivery; its intent is in flight, handed to the outbox", "err", cause)
+		w.settle(msg, msg.Ack, seq)
+		return OutcomeOutbox
+	}
+	rec, gerr := w.store.KeyGet(ctx, merchant, key)
+	if gerr == nil && rec.State == chargeonce.KeyCompleted {
+		r := Result{Merchant: merchant, Key: key, Status: rec.ResponseStatus, Body: rec.ResponseBody}
+		if err := publish(ctx, w.js, r.Msg()); err != nil {
+			log.WarnContext(ctx, "publishing the stored answer of a request given up failed; it will be redelivered", "err", err)
+			w.settle(msg, nak, seq)
+			return OutcomeError
+		}
+		log.WarnContext(ctx, "charge request still failing at its last delivery; its intent's stored answer published", "err", cause)
+		w.settle(msg, msg.Ack, seq)
+		return OutcomeAnswered
+	}
+	gaveUp := fmt.Sprintf("the worker gave up on this request after %d deliveries that failed; ", d.delivered)
+	// The store's errors may quote the key: the log says only what was found.
+	record := "unreadable"
+	switch {
+	case chargeonce.ErrorCode(gerr) == chargeonce.ENOTFOUND:
+		record = "none"
+		gaveUp += "nothing is kept for this Idempotency-Key: send the request again, with the same key, to charge it"
+	case gerr == nil:
+		record = "processing, not flagged"
+		fallthrough
+	default:
+		gaveUp += "whether this Idempotency-Key's intent was started is unknown: send the request again with the same key, which answers the stored outcome if there is one and charges once if there is none"
+	}
+	status, body := wire.Problem(chargeonce.Errorf(chargeonce.EUNAVAILABLE, "%s", gaveUp), "")
+	r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
+	err := publish(ctx, w.js, r.Msg())
+	if err == nil {
+		err = w.deadLetter(ctx, msg, merchant, seq, "max-deliveries")
+	}
+	if err != nil {
+		log.WarnContext(ctx, "giving up a charge request failed; it will be redelivered", "err", err)
+		w.settle(msg, nak, seq)
+		return OutcomeError
+	}
+	log.ErrorContext(ctx, "charge request still failing at its last delivery; given up (503 result, dead-lettered)", "err", cause, "record", record)
+	w.settle(msg, msg.Term, seq)
+	return OutcomeGaveUp
 }
 
 // poison answers a request that can never succeed (no or malformed key,

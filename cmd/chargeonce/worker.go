@@ -34,7 +34,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c.register(fs)
 	fs.DurationVar(&c.ackWait, "ack-wait", queue.DefaultAckWait, "how long a delivered request may stay unacked before JetStream redelivers it")
 	fs.DurationVar(&c.outboxEvery, "outbox-every", queue.DefaultOutboxEvery, "how often the outbox of settled results is drained")
-	fs.IntVar(&c.maxDeliver, "max-deliver", queue.DefaultMaxDeliver, "deliveries of one request before it is given up (dead-lettered, or left to the outbox when in flight elsewhere)")
+	fs.IntVar(&c.maxDeliver, "max-deliver", queue.DefaultMaxDeliver, "deliveries of one request before it is given up (its intent's answer published, or the outbox's when in flight elsewhere, or a 503 result and a dead letter); a request waiting out its merchant's rate or an overload is kept, not redelivered, and spends none")
 	fs.IntVar(&c.concurrency, "concurrency", queue.DefaultConcurrency, "requests handled at once")
 	fs.IntVar(&c.merchantConcurrency, "merchant-concurrency", queue.DefaultMerchantConcurrency, "one merchant's requests handled at once, so one merchant's backlog leaves room for the others; 0: half of --concurrency")
 	fs.IntVar(&c.replicas, "replicas", 0, "replicas of the CHARGES and CHARGE_RESULTS streams; 0: 3 on a JetStream cluster of three or more servers, else 1")
