@@ -302,17 +302,8 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		return e.decided(ctx, rec, "new key: inserted, admitted, sending to the acquirer", e.driveAttempt(ctx, rec, token, false)), nil
 	}
 
-	if rec.Fingerprint != fp {
-		e.decided(ctx, rec, "key used for a different request: 422", Response{Status: 422})
-		return Response{}, chargeonce.Errorf(chargeonce.EKEYREUSED,
-			"this Idempotency-Key was already used for a different request; use a new key for a new payment intent")
-	}
-	if rec.State == chargeonce.KeyCompleted {
-		return e.decided(ctx, rec, "key completed: replaying the stored answer", replay(rec)), nil
-	}
-	if !rec.LeaseExpired {
-		resp, err := e.busy(rec)
-		return e.decided(ctx, rec, "key in flight under another attempt's lease", resp), err
+	if resp, done, err := e.answerExisting(ctx, rec, fp, ""); done {
+		return resp, err
 	}
 	// The attempt that owned the key is gone, or its unknown outcome's
 	// back-off is over. Rather than answer 409 until recovery gets there,
@@ -374,21 +365,31 @@ func (e *Engine) overRate(ctx context.Context, merchantID, key string, req *char
 	if rec.State == chargeonce.KeyCompleted && !rec.ExpiresAt.IsZero() && rec.ExpiresIn <= 0 {
 		return refused()
 	}
-	if rec.Fingerprint != idempotency.Fingerprint("POST", "/v1/charges", req) {
-		e.decided(ctx, rec, "over the rate; key used for a different request: 422", Response{Status: 422})
-		return Response{}, chargeonce.Errorf(chargeonce.EKEYREUSED,
-			"this Idempotency-Key was already used for a different request; use a new key for a new payment intent")
-	}
-	if rec.State == chargeonce.KeyCompleted {
-		return e.decided(ctx, rec, "over the rate; key completed: replaying the stored answer", replay(rec)), nil
-	}
-	if !rec.LeaseExpired {
-		resp, err := e.busy(rec)
-		return e.decided(ctx, rec, "over the rate; key in flight under another attempt's lease", resp), err
+	if resp, done, err := e.answerExisting(ctx, rec, idempotency.Fingerprint("POST", "/v1/charges", req), "over the rate; "); done {
+		return resp, err
 	}
 	e.observeRateLimited(RateLimitedRate)
 	return e.decided(ctx, rec, "over the rate; lease ended: left for recovery or a retry under the rate",
 		Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: wait}), nil
+}
+
+// answerExisting gives the answers an existing record needs no acquirer
+// for: 422 when it guards another request, its stored answer once
+// completed, 409 while another attempt holds its lease. done is false for
+// a processing record whose lease ended. why prefixes the logged decision.
+func (e *Engine) answerExisting(ctx context.Context, rec chargeonce.KeyRecord, fp, why string) (resp Response, done bool, err error) {
+	switch {
+	case rec.Fingerprint != fp:
+		e.decided(ctx, rec, why+"key used for a different request: 422", Response{Status: 422})
+		return Response{}, true, chargeonce.Errorf(chargeonce.EKEYREUSED,
+			"this Idempotency-Key was already used for a different request; use a new key for a new payment intent")
+	case rec.State == chargeonce.KeyCompleted:
+		return e.decided(ctx, rec, why+"key completed: replaying the stored answer", replay(rec)), true, nil
+	case !rec.LeaseExpired:
+		resp, err := e.busy(rec)
+		return e.decided(ctx, rec, why+"key in flight under another attempt's lease", resp), true, err
+	}
+	return Response{}, false, nil
 }
 
 // decided logs, at debug level, what the engine decided for an attempt and
