@@ -65,8 +65,9 @@ func (e *WebhookEndpoint) Secrets(now time.Time) []string {
 }
 
 // WebhookEvent is the settlement of one charge, written in the transaction
-// that settled it, for a merchant that had an enabled endpoint then. Its ID
-// is derived from the charge's, so a charge can have one event only.
+// that settled it, whether or not its merchant had an enabled endpoint
+// then: events are the log. Its ID is derived from the charge's, so a
+// charge can have one event only.
 type WebhookEvent struct {
 	ID         string
 	MerchantID string

@@ -237,7 +237,8 @@ func (s *Server) detail(r *http.Request, id string) (chargeonce.ChargeInspection
 }
 
 // deliveries are the attempts to deliver ch's settlement event, oldest
-// first: none while it is processing or when its merchant had no endpoint.
+// first: none while it is processing or when its merchant had no enabled
+// endpoint when it settled.
 func (s *Server) deliveries(ctx context.Context, ch chargeonce.Charge) ([]chargeonce.HistoryEntry, error) {
 	if ch.Status == chargeonce.StatusProcessing {
 		return nil, nil

@@ -64,6 +64,14 @@ func buildRelease(t *testing.T) (version, bin string) {
 	return version, bin
 }
 
+// dbNow reads the database's clock.
+func dbNow(t *testing.T, url string) time.Time {
+	t.Helper()
+	var now time.Time
+	db(t, url, func(conn *pgx.Conn) error { return conn.QueryRow(t.Context(), `SELECT clock_timestamp()`).Scan(&now) })
+	return now
+}
+
 // TestRollingUpgrade runs the last release (N−1) and this tree (N) side by
 // side on one database under load, as a rolling deploy does: N−1 serves a
 // fresh schema (its own migrations), N's migrations apply under its
@@ -72,8 +80,9 @@ func buildRelease(t *testing.T) (version, bin string) {
 // tok_fail_before): their 202 is settled by recovery, on whichever release
 // gets there first, across the deploy. Every intent is posted again and
 // again, on either instance: no answer may be a 500, every intent must keep the one final
-// answer it got first, and the acquirer must hold one capture per approved
-// intent.
+// answer it got first, the acquirer must hold one capture per approved
+// intent, and every settled intent must have exactly one event, whichever
+// release settled it.
 func TestRollingUpgrade(t *testing.T) {
 	t.Parallel()
 	const (
@@ -251,6 +260,9 @@ func TestRollingUpgrade(t *testing.T) {
 		at = append(at, fmt.Sprintf("%s at %v", what, time.Since(start).Round(time.Millisecond)))
 	}
 	time.Sleep(1500 * time.Millisecond)
+	// The database's clock, at which charges settled before the deploy
+	// (by N−1 alone) are told apart from those settled during it.
+	migrateAt := dbNow(t, url)
 	mark("migrate started")
 	mig := ps.start("migrate", "migrate", "--db", url)
 	if !mig.wait(60 * time.Second) {
@@ -285,6 +297,7 @@ func TestRollingUpgrade(t *testing.T) {
 	bases = []string{cur.URL()}
 	mu.Unlock()
 	mark(version + " exited")
+	oldGoneAt := dbNow(t, url)
 	time.Sleep(1500 * time.Millisecond)
 	stop.Store(true)
 	wg.Wait()
@@ -339,6 +352,26 @@ SELECT (SELECT count(*) FROM charges WHERE status = 'captured'),
        (SELECT count(*) FROM schema_migrations)`).Scan(&storedCaptured, &storedCharges, &migrations)
 	})
 
+	// Every settled intent has exactly one event, whichever release
+	// settled it, counted by when its charge settled: before N's
+	// migrations (by N−1 alone; 0011 records their events), while both
+	// releases served (N−1's statements write none; the trigger on charges
+	// does), and after.
+	var evs struct{ settled, events, missing, wrong, before, during, after int64 }
+	db(t, url, func(conn *pgx.Conn) error {
+		return conn.QueryRow(t.Context(), `
+SELECT count(*) FILTER (WHERE c.status <> 'processing'),
+       (SELECT count(*) FROM webhook_events),
+       count(*) FILTER (WHERE c.status <> 'processing' AND e.id IS NULL),
+       count(e.id) FILTER (WHERE c.status = 'processing' OR e.type <> 'charge.' || c.status
+           OR e.id <> 'evt_' || substr(c.id, 4) OR e.merchant_id <> c.merchant_id),
+       count(e.id) FILTER (WHERE c.updated_at < $1),
+       count(e.id) FILTER (WHERE c.updated_at >= $1 AND c.updated_at < $2),
+       count(e.id) FILTER (WHERE c.updated_at >= $2)
+FROM charges c LEFT JOIN webhook_events e ON e.charge_id = c.id`, migrateAt, oldGoneAt).
+			Scan(&evs.settled, &evs.events, &evs.missing, &evs.wrong, &evs.before, &evs.during, &evs.after)
+	})
+
 	t.Logf("upgrade %s -> this tree: builds %v; %s", version, built.Round(time.Millisecond), strings.Join(at, ", "))
 	t.Logf("upgrade: %d intents (%d approved, %d declined, %d of them answered 202 and settled by recovery), %d posts; %d migrations recorded", len(all), approved, declined, recovered, posts, migrations)
 	mu.Lock()
@@ -363,6 +396,12 @@ SELECT (SELECT count(*) FROM charges WHERE status = 'captured'),
 	t.Logf("upgrade: acquirer %d captures (%d requests, %d duplicate requests); database %d charges, %d captured; 500s=%d doubles=%d unsettled=%d changed_answers=%d",
 		st.Captures, st.CaptureRequests, st.DuplicateRequests, storedCharges, storedCaptured, errs500.Load(), doubles, unsettled.Load(), changed.Load())
 
+	t.Logf("upgrade: events: %d for %d settled charges (%d settled intents): %d for charges settled before the migrations, %d while %s served, %d after; %d settled charges without an event, %d events that do not match their charge",
+		evs.events, evs.settled, approved+declined, evs.before, evs.during, version, evs.after, evs.missing, evs.wrong)
+	if evs.settled != int64(approved+declined) || evs.events != evs.settled || evs.missing != 0 || evs.wrong != 0 {
+		t.Errorf("%d events for %d settled charges and %d settled intents (%d settled charges without an event, %d events that do not match their charge): want one per settled intent",
+			evs.events, evs.settled, approved+declined, evs.missing, evs.wrong)
+	}
 	if recovered == 0 {
 		t.Errorf("no intent went through recovery: the lost answers did not happen")
 	}

@@ -283,6 +283,12 @@ func TestBatchCompletions(t *testing.T) {
 	if err != nil || len(entries) != 1 || entries[0].Key != "notified" || string(entries[0].ResponseBody) != `{"key":"notified"}` {
 		t.Fatalf("outbox after the batch: %+v %v, want the notified record's answer only", entries, err)
 	}
+	// Every settlement records its event, though m1 has no endpoint.
+	var events int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(DISTINCT charge_id) FROM webhook_events WHERE type = 'charge.captured' AND charge_id = ANY($1)`,
+		[]string{"ch_held", "ch_a", "ch_b", "ch_c", "ch_notified"}).Scan(&events); err != nil || events != 5 {
+		t.Fatalf("events after the batch: %d, %v; want one for each of the 5 settled charges", events, err)
+	}
 }
 
 // A single statement run again after a failed batch may find the batch's

@@ -119,8 +119,9 @@ func insertedRecord(p chargeonce.KeyInsertParams, leaseUntil, createdAt time.Tim
 // its attempt's token (the compare-and-set, per row), and the statement
 // returns the (merchant_id, key) of the records it completed. A batch never
 // holds two completions of one key. The outbox trigger (0003) fires per
-// row, as it does for the single statement, and e writes the settlement
-// events as keyCompleteSQL does.
+// row, as it does for the single statement; the settlement events trigger
+// (0011) fires once for the statement and records the events of all its
+// charges in one INSERT.
 const keyCompleteBatchSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::bytea[], $6::text[], $7::text[], $8::bigint[])
@@ -136,11 +137,6 @@ WITH input AS (
 	UPDATE charges
 	SET status = k.charge_status, decline_code = NULLIF(k.decline_code, ''), updated_at = now()
 	FROM k WHERE charges.id = k.charge_id
-), e AS (
-	INSERT INTO webhook_events (id, merchant_id, charge_id, type)
-	SELECT 'evt_' || substr(k.charge_id, 4), k.merchant_id, k.charge_id, 'charge.' || k.charge_status
-	FROM k WHERE EXISTS (SELECT FROM webhook_endpoints w WHERE w.merchant_id = k.merchant_id AND w.status = 'enabled')
-	ON CONFLICT DO NOTHING
 )
 SELECT merchant_id, key FROM k`
 

@@ -295,11 +295,11 @@ WHERE k.merchant_id = $1 AND k.key = $2`
 // keyCompleteSQL completes a record and its charge in one statement, as a
 // compare-and-set on the owner's token, and starts the record's time to
 // live ($8) now: a record expires after it became final. It returns how many
-// records it completed (0 or 1). When the merchant has an enabled webhook
-// endpoint, the same statement writes the charge's settlement event (e,
-// migration 0010): whoever settles a charge, through this statement or its
-// batched form, writes its one event; without an endpoint it costs one probe
-// of an empty partial index.
+// records it completed (0 or 1). The charge's settlement event is not this
+// statement's to write: the trigger on charges (migration 0011) records it,
+// and its deliveries, in this statement, whichever statement settles the
+// charge (the previous release's too) and whether or not its merchant has an
+// endpoint.
 const keyCompleteSQL = `
 WITH k AS (
 	UPDATE idempotency_keys
@@ -311,11 +311,6 @@ WITH k AS (
 	UPDATE charges
 	SET status = $6, decline_code = NULLIF($7, ''), updated_at = now()
 	FROM k WHERE charges.id = k.charge_id
-), e AS (
-	INSERT INTO webhook_events (id, merchant_id, charge_id, type)
-	SELECT 'evt_' || substr(k.charge_id, 4), $1, k.charge_id, 'charge.' || $6
-	FROM k WHERE EXISTS (SELECT FROM webhook_endpoints w WHERE w.merchant_id = $1 AND w.status = 'enabled')
-	ON CONFLICT DO NOTHING
 )
 SELECT count(*) FROM k`
 

@@ -13,8 +13,9 @@ import (
 )
 
 // Settlement events are written by the trigger charges_webhook_event
-// (migration 0010) in the transaction that completes a record; the methods
-// here manage endpoints and deliveries.
+// (migrations 0010 and 0011), for every charge that leaves processing, in
+// the transaction that completes its record; the methods here manage
+// endpoints and deliveries.
 
 const endpointColumns = `id, merchant_id, url, description, status, coalesce(disabled_reason, ''),
 	secret, coalesce(old_secret, ''), coalesce(old_secret_until, 0), created_at`

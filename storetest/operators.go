@@ -34,6 +34,7 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ResolveWritesOneWebhookEvent", testResolveWritesOneWebhookEvent},
 		{"ResolveNeverTakesALiveLease", testResolveNeverTakesALiveLease},
 		{"AcquirerIDAndAge", testAcquirerIDAndAge},
+		{"ResolveWritesEventWithNoEnabledEndpoint", testResolveWritesEventWithNoEnabledEndpoint},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -410,6 +411,33 @@ func testResolveWritesOneWebhookEvent(t *testing.T, s chargeonce.Store, o charge
 	es := events(t, s, "m1")
 	if len(es) != 1 || es[0].ChargeID != p.Charge.ID || es[0].Type != "charge.declined" {
 		t.Fatalf("events after a resolution = %+v; want one charge.declined for %s", es, p.Charge.ID)
+	}
+}
+
+// testResolveWritesEventWithNoEnabledEndpoint resolves charges of a
+// merchant with no endpoint and of one whose only endpoint is disabled: each
+// resolution records the charge's one event, and no delivery.
+func testResolveWritesEventWithNoEnabledEndpoint(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	disabling := disabledEndpoint(t, s, "m-disabled")
+	for _, merchant := range []string{"m-disabled", "m-none"} {
+		p := newIntent(merchant, "stuck")
+		p.Lease = 0 // its attempt is gone: an operator may take it
+		insert(t, s, p)
+		rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_op", time.Minute)
+		if err != nil {
+			t.Fatalf("ChargeResolveClaim: %v", err)
+		}
+		if _, err := o.ChargeResolve(t.Context(), resolveParams(rec, "tok_op", chargeonce.StatusDeclined, "dave")); err != nil {
+			t.Fatalf("ChargeResolve: %v", err)
+		}
+		want := map[string]string{p.Charge.ID: chargeonce.EventChargeDeclined}
+		if merchant == "m-disabled" {
+			want[disabling.Charge.ID] = chargeonce.EventChargeCaptured
+		}
+		wantEvents(t, s, merchant, want)
+	}
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 0 {
+		t.Fatalf("claimed %d deliveries; want none: no endpoint is enabled", len(ds))
 	}
 }
 

@@ -10,13 +10,14 @@ import (
 	"github.com/chargeonce/chargeonce"
 )
 
-// webhookTests are the settlement events' part of the suite: the event
-// written by the completing statement, endpoints, and leased deliveries.
+// webhookTests are the settlement events' part of the suite: one event for
+// every settlement, endpoints, and leased deliveries.
 var webhookTests = []struct {
 	name string
 	fn   func(t *testing.T, s chargeonce.Store)
 }{
-	{"WebhookEventOnlyWithEndpoint", testWebhookEventOnlyWithEndpoint},
+	{"WebhookEventAndItsDelivery", testWebhookEventAndItsDelivery},
+	{"WebhookEventForEverySettlement", testWebhookEventForEverySettlement},
 	{"WebhookEventByRecovery", testWebhookEventByRecovery},
 	{"WebhookEventOncePerSettlementRace", testWebhookEventOncePerSettlementRace},
 	{"WebhookClaimConcurrentOnce", testWebhookClaimConcurrentOnce},
@@ -68,41 +69,151 @@ func settle(t *testing.T, s chargeonce.Store, merchant, key string) chargeonce.K
 	return p
 }
 
-func testWebhookEventOnlyWithEndpoint(t *testing.T, s chargeonce.Store) {
-	settle(t, s, "m1", "k-before")
-	if evs := events(t, s, "m1"); len(evs) != 0 {
-		t.Fatalf("a merchant with no endpoint has %d events", len(evs))
+// disabledEndpoint gives merchant an endpoint that a 410 has disabled, and
+// returns the settlement whose delivery disabled it (key k-disabling): it
+// has its event, and no delivery is left pending.
+func disabledEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.KeyInsertParams {
+	t.Helper()
+	e := addEndpoint(t, s, merchant)
+	p := settle(t, s, merchant, "k-disabling")
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 1 || ds[0].Endpoint.ID != e.ID {
+		t.Fatalf("claimed %+v, want the one delivery to %s", ds, e.ID)
 	}
+	disabled, err := s.WebhookDeliveryFinish(t.Context(), ds[0], chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: http.StatusGone}, Disable: "the endpoint answered 410 Gone"})
+	if err != nil || !disabled {
+		t.Fatalf("finish with 410: disabled=%v, %v", disabled, err)
+	}
+	return p
+}
+
+// wantEvents checks that merchant's events are exactly one per charge of
+// want (charge id to event type), each with the id derived from its
+// charge's, and that each is found by its charge id too.
+func wantEvents(t *testing.T, s chargeonce.Store, merchant string, want map[string]string) {
+	t.Helper()
+	evs := events(t, s, merchant)
+	got := map[string]int{}
+	for _, ev := range evs {
+		got[ev.ChargeID]++
+		if typ, ok := want[ev.ChargeID]; !ok || ev.Type != typ || ev.MerchantID != merchant || ev.ID != "evt_"+ev.ChargeID[3:] || ev.CreatedAt.IsZero() {
+			t.Fatalf("%s: event %+v; want %d events, of types %v", merchant, ev, len(want), want)
+		}
+	}
+	for id := range want {
+		if got[id] != 1 {
+			t.Fatalf("%s: charge %s settled and has %d events, want 1 (%d events for %d settlements)", merchant, id, got[id], len(evs), len(want))
+		}
+		page, err := s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: merchant, ChargeID: id, Limit: 10})
+		if err != nil || len(page.Events) != 1 || page.Events[0].ChargeID != id {
+			t.Fatalf("%s: events of charge %s = %+v, %v; want one", merchant, id, page.Events, err)
+		}
+	}
+}
+
+func testWebhookEventAndItsDelivery(t *testing.T, s chargeonce.Store) {
+	before := settle(t, s, "m1", "k-before")
 	e := addEndpoint(t, s, "m1")
 	p := settle(t, s, "m1", "k-after")
-	settle(t, s, "m2", "k-other") // another merchant, no endpoint
+	other := settle(t, s, "m2", "k-other") // another merchant, no endpoint
 
-	evs := events(t, s, "m1")
-	if len(evs) != 1 {
-		t.Fatalf("got %d events, want 1", len(evs))
-	}
-	ev := evs[0]
-	if ev.ChargeID != p.Charge.ID || ev.Type != chargeonce.EventChargeCaptured || ev.MerchantID != "m1" ||
-		ev.ID != "evt_"+p.Charge.ID[3:] {
-		t.Fatalf("event %+v for charge %s", ev, p.Charge.ID)
-	}
+	wantEvents(t, s, "m1", map[string]string{before.Charge.ID: chargeonce.EventChargeCaptured, p.Charge.ID: chargeonce.EventChargeCaptured})
 	// A stale second completion writes nothing more.
 	err := s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: "m1", Key: "k-after", Token: p.Token,
 		ChargeStatus: chargeonce.StatusDeclined, ResponseStatus: 402, ResponseBody: []byte(`{}`), TTL: longTTL})
 	wantCode(t, "second KeyComplete", err, chargeonce.ESTALE)
-	if evs := events(t, s, "m1"); len(evs) != 1 {
-		t.Fatalf("after a stale completion: %d events, want 1", len(evs))
-	}
-	if evs := events(t, s, "m2"); len(evs) != 0 {
-		t.Fatalf("m2 sees %d events", len(evs))
-	}
+	wantEvents(t, s, "m1", map[string]string{before.Charge.ID: chargeonce.EventChargeCaptured, p.Charge.ID: chargeonce.EventChargeCaptured})
+	wantEvents(t, s, "m2", map[string]string{other.Charge.ID: chargeonce.EventChargeCaptured})
+	// Deliveries go to the endpoints enabled when the event is recorded:
+	// the event of the charge settled before m1 had one is not delivered.
 	ds := claimDeliveries(t, s, longLease)
-	if len(ds) != 1 || ds[0].Event.ID != ev.ID || ds[0].Endpoint.ID != e.ID || ds[0].Endpoint.Secret != e.Secret || ds[0].Attempts != 0 {
-		t.Fatalf("claimed %+v, want one delivery of %s to %s", ds, ev.ID, e.ID)
+	if len(ds) != 1 || ds[0].Event.ChargeID != p.Charge.ID || ds[0].Endpoint.ID != e.ID || ds[0].Endpoint.Secret != e.Secret || ds[0].Attempts != 0 {
+		t.Fatalf("claimed %+v, want one delivery of %s's event to %s", ds, p.Charge.ID, e.ID)
 	}
 	st, err := s.WebhookStats(t.Context())
 	if err != nil || st.Pending != 1 || st.OldestPendingAge < 0 || st.OldestPendingAge > time.Minute {
 		t.Fatalf("WebhookStats = %+v, %v; want 1 pending", st, err)
+	}
+}
+
+// testWebhookEventForEverySettlement settles charges of a merchant with no
+// endpoint and of one whose only endpoint is disabled, in each way a
+// settlement reaches a store (an attempt's completion, completions at once,
+// which a store may batch, recovery's completion after its claim): each
+// records exactly one event of its outcome, which the events list shows,
+// and no delivery, since no endpoint is enabled. Events are the log,
+// whoever reads them later (issue 32: a charge settled by recovery while
+// its merchant's only endpoint was disabled had no event at all).
+func testWebhookEventForEverySettlement(t *testing.T, s chargeonce.Store) {
+	disabling := disabledEndpoint(t, s, "m-disabled")
+	for _, merchant := range []string{"m-disabled", "m-none"} {
+		want := map[string]string{}
+		if merchant == "m-disabled" {
+			want[disabling.Charge.ID] = chargeonce.EventChargeCaptured
+		}
+		// An attempt's own completion, captured and declined.
+		p := settle(t, s, merchant, "k-attempt")
+		want[p.Charge.ID] = chargeonce.EventChargeCaptured
+		p = newIntent(merchant, "k-declined")
+		insert(t, s, p)
+		if err := s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: merchant, Key: "k-declined", Token: p.Token,
+			ChargeStatus: chargeonce.StatusDeclined, DeclineCode: "insufficient_funds", ResponseStatus: 402, ResponseBody: []byte(`{}`), TTL: longTTL}); err != nil {
+			t.Fatalf("KeyComplete declined: %v", err)
+		}
+		want[p.Charge.ID] = chargeonce.EventChargeDeclined
+
+		// Completions at once.
+		const n = 16
+		ps := make([]chargeonce.KeyInsertParams, n)
+		for i := range ps {
+			ps[i] = newIntent(merchant, fmt.Sprintf("k-together-%02d", i))
+			insert(t, s, ps[i])
+			want[ps[i].Charge.ID] = chargeonce.EventChargeCaptured
+		}
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i, p := range ps {
+			wg.Go(func() {
+				errs[i] = s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: merchant, Key: p.Charge.IdempotencyKey, Token: p.Token,
+					ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte(`{}`), TTL: longTTL})
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("KeyComplete(%s) at once with others: %v", ps[i].Charge.IdempotencyKey, err)
+			}
+		}
+
+		// Recovery: an orphaned record, claimed, then completed under the
+		// claim's token; the first attempt's late completion is stale.
+		p = newIntent(merchant, "k-recovered")
+		p.Lease = 0
+		insert(t, s, p)
+		recs, err := s.KeysClaimExpired(t.Context(), longLease, 10)
+		if err != nil || len(recs) != 1 || recs[0].Charge.ID != p.Charge.ID {
+			t.Fatalf("KeysClaimExpired = %+v, %v; want the orphaned record", recs, err)
+		}
+		if err := s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: merchant, Key: "k-recovered", Token: recs[0].Token,
+			ChargeStatus: chargeonce.StatusCaptured, ResponseStatus: 201, ResponseBody: []byte(`{}`), TTL: longTTL}); err != nil {
+			t.Fatalf("recovery's KeyComplete: %v", err)
+		}
+		err = s.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{MerchantID: merchant, Key: "k-recovered", Token: p.Token,
+			ChargeStatus: chargeonce.StatusDeclined, ResponseStatus: 402, ResponseBody: []byte(`{}`), TTL: longTTL})
+		wantCode(t, "the first attempt's late KeyComplete", err, chargeonce.ESTALE)
+		want[p.Charge.ID] = chargeonce.EventChargeCaptured
+
+		// A processing charge has no event yet.
+		insert(t, s, newIntent(merchant, "k-processing"))
+
+		wantEvents(t, s, merchant, want)
+	}
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 0 {
+		t.Fatalf("claimed %d deliveries (first %+v); want none: no endpoint is enabled", len(ds), ds[0])
+	}
+	if st, err := s.WebhookStats(t.Context()); err != nil || st.Pending != 0 || st.EndpointsDisabled != 1 {
+		t.Fatalf("WebhookStats = %+v, %v; want nothing pending and one endpoint disabled", st, err)
 	}
 }
 
@@ -295,10 +406,14 @@ func testWebhookDisable(t *testing.T, s chargeonce.Store) {
 	if err != nil || st.EndpointsDisabled != 1 || st.Pending != 0 { // disabling ended ds[1] too
 		t.Fatalf("WebhookStats = %+v, %v", st, err)
 	}
-	// A settlement now writes no event: the merchant has no enabled endpoint.
+	// A settlement now records its event, and no delivery: the merchant
+	// has no enabled endpoint.
 	settle(t, s, "m1", "k3")
-	if evs := events(t, s, "m1"); len(evs) != 2 {
-		t.Fatalf("events = %d, want 2", len(evs))
+	if evs := events(t, s, "m1"); len(evs) != 3 {
+		t.Fatalf("events = %d, want 3", len(evs))
+	}
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 0 {
+		t.Fatalf("claimed %+v for a merchant whose endpoint is disabled", ds)
 	}
 
 	// Three days of failure, scaled down: the second failure past the

@@ -186,7 +186,7 @@ func TestDeliverSigned(t *testing.T) {
 		ch := f.settle(t, "demo", st)
 		charges[ch.ID] = ch
 	}
-	f.settle(t, "other", chargeonce.StatusCaptured) // no endpoint: no event
+	f.settle(t, "other", chargeonce.StatusCaptured) // no endpoint: an event, no delivery
 	s := f.sender(t, webhook.SenderOptions{})
 	if n := s.RunOnce(t.Context()); n != 20 {
 		t.Fatalf("RunOnce delivered %d, want 20", n)
