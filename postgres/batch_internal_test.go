@@ -504,3 +504,47 @@ func TestBatchOfNewKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchSameKeyTwice: two attempts at one key in one batch (the
+// contended case) go through the batch statement that also reads the record
+// that won, in one statement and without failing back to singles: one
+// attempt inserts, the other gets the winner's record as the store holds it.
+func TestBatchSameKeyTwice(t *testing.T) {
+	t.Parallel()
+	s := setupBatch(t)
+	release, wait := holdInserts(t, s)
+	keys := []string{"same", "same", "other"}
+	type out struct {
+		rec      chargeonce.KeyRecord
+		inserted bool
+		err      error
+	}
+	outs := make([]out, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			p := intent(k)
+			p.Charge.ID += fmt.Sprintf("_%d", i)
+			outs[i].rec, outs[i].inserted, outs[i].err = s.KeyInsert(t.Context(), p)
+		})
+	}
+	waitFor(t, s.batches, "the attempts to queue", func() bool { return len(s.batches.queue) == len(keys) })
+	release()
+	wg.Wait()
+	if _, err := wait(); err != nil {
+		t.Fatalf("the leading attempt: %v", err)
+	}
+	if b, f := s.batches.batched.Load(), s.batches.failed.Load(); b != 1 || f != 0 {
+		t.Fatalf("%d batches, %d failed; want 1 and 0: the batch statement must run as written", b, f)
+	}
+	if outs[0].err != nil || outs[1].err != nil || outs[0].inserted == outs[1].inserted {
+		t.Fatalf("two attempts at one key: %+v, %+v; want one inserted", outs[0], outs[1])
+	}
+	winner, loser := outs[0], outs[1]
+	if loser.inserted {
+		winner, loser = loser, winner
+	}
+	if loser.rec.Token != winner.rec.Token || loser.rec.Charge.ID != winner.rec.Charge.ID || !loser.rec.LeaseHeld {
+		t.Fatalf("the second attempt got %+v, want the winner's record %+v", loser.rec, winner.rec)
+	}
+}

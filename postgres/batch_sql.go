@@ -57,7 +57,7 @@ SELECT i.n, true,
 	i.merchant_id, i.key, i.fingerprint, i.token, 'processing',
 	k.lease_until, k.lease_until <= now(),
 	GREATEST(0, (EXTRACT(EPOCH FROM k.lease_until - now()) * 1000000)::bigint),
-	0, NULL::integer, NULL::bytea, k.created_at, NULL::timestamptz, interval '0', false,
+	0, true, '', 0::bigint, NULL::integer, NULL::bytea, k.created_at, NULL::timestamptz, interval '0', false,
 	i.charge_id, i.merchant_id, i.key, i.order_id, i.amount_cents,
 	i.currency, i.payment_token, i.description, 'processing', NULL::text,
 	k.created_at, i.metadata
