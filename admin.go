@@ -2,6 +2,7 @@ package chargeonce
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -21,6 +22,15 @@ const (
 	// settled. Sending force overrides once no lease is live.
 	EUNSURE = "acquirer-unsure"
 )
+
+// LeasedError is ChargeResolveClaim's refusal of a charge driven under a
+// lease that has remaining left (by the database's clock): ELEASED, with
+// that time as RetryAfter (at least a second).
+func LeasedError(chargeID string, remaining time.Duration) error {
+	return &Error{Code: ELEASED, RetryAfter: max(remaining, time.Second),
+		Message: fmt.Sprintf("charge %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that",
+			chargeID, remaining.Round(time.Millisecond))}
+}
 
 // HistoryKind names what a charge's history entry records.
 type HistoryKind string

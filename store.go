@@ -361,10 +361,16 @@ type LookupResult struct {
 	// be declined, one that requires action cannot be captured. Result (or,
 	// when unsure, Open) says what it allows.
 	Binding bool
-	// Open is set on an unsure answer whose object at the acquirer may
-	// still move money (processing, awaiting capture): nobody may call it
-	// declined.
-	Open bool
+}
+
+// Open reports an unsure answer that binds: the acquirer's object may still
+// move money (processing, awaiting capture), so nobody may call it declined.
+func (r LookupResult) Open() bool { return r.Binding && r.Status == LookupUnsure }
+
+// LookupRequest asks about the record's reference, with what the record
+// knows: its age by the database's clock and the acquirer's id, if any.
+func (r *KeyRecord) LookupRequest(purpose LookupPurpose) LookupRequest {
+	return LookupRequest{Reference: r.Charge.Reference(), Age: r.Age, AgeKnown: true, AcquirerID: r.AcquirerID, Purpose: purpose}
 }
 
 // AcquirerIDError is implemented by an acquirer's error that names the

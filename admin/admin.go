@@ -183,10 +183,7 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 	ch := rec.Charge
 	actor := "admin:" + admin
 	actx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-	lr, lerr := s.acquirer.Lookup(actx, chargeonce.LookupRequest{
-		Reference: ch.Reference(), Age: rec.Age, AgeKnown: true, AcquirerID: rec.AcquirerID,
-		Purpose: chargeonce.LookupToResolve,
-	})
+	lr, lerr := s.acquirer.Lookup(actx, rec.LookupRequest(chargeonce.LookupToResolve))
 	cancel()
 	answer := describeLookup(lr, lerr)
 	found := lerr == nil && lr.Status == chargeonce.LookupFound
@@ -194,7 +191,7 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 	disagrees := found && lr.Result.Status != q.Status
 	var refusal error
 	switch {
-	case lerr == nil && lr.Binding && (disagrees || (lr.Open && q.Status == chargeonce.StatusDeclined)):
+	case lerr == nil && lr.Binding && (disagrees || (lr.Open() && q.Status == chargeonce.StatusDeclined)):
 		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
 			"the acquirer says %s, which rules out %s whatever force says; nothing was settled", answer, q.Status)
 	case unsure && !q.Force:

@@ -575,9 +575,7 @@ func (e *Engine) redrive(ctx context.Context, rec chargeonce.KeyRecord, token st
 // refused again, forever.
 func (e *Engine) acquire(ctx context.Context, rec *chargeonce.KeyRecord, ch *chargeonce.Charge, lookFirst bool, tr *trail) (chargeonce.CaptureResult, error) {
 	if lookFirst {
-		lr, err := e.acquirer.Lookup(ctx, chargeonce.LookupRequest{
-			Reference: ch.Reference(), Age: rec.Age, AgeKnown: true, AcquirerID: rec.AcquirerID,
-		})
+		lr, err := e.acquirer.Lookup(ctx, rec.LookupRequest(chargeonce.LookupToResend))
 		tr.lookup(lr, err)
 		if err != nil {
 			return chargeonce.CaptureResult{}, fmt.Errorf("looking up reference %s: %w", ch.Reference(), err)

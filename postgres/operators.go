@@ -279,7 +279,7 @@ FROM charges c JOIN idempotency_keys k
 	ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
 WHERE c.id = $1 AND k.state = 'processing'`, chargeID).Scan(&remaining)
 	if err == nil {
-		return leasedErr(chargeID, time.Duration(remaining)*time.Microsecond)
+		return chargeonce.LeasedError(chargeID, time.Duration(remaining)*time.Microsecond)
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("claiming a charge for resolution: %w", translate(err))
@@ -288,12 +288,6 @@ WHERE c.id = $1 AND k.state = 'processing'`, chargeID).Scan(&remaining)
 		return ierr
 	}
 	return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is no longer processing", chargeID)
-}
-
-// leasedErr is ChargeResolveClaim's ELEASED.
-func leasedErr(chargeID string, remaining time.Duration) error {
-	return &chargeonce.Error{Code: chargeonce.ELEASED, RetryAfter: max(remaining, time.Second),
-		Message: fmt.Sprintf("charge %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that", chargeID, remaining.Round(time.Millisecond))}
 }
 
 // ChargeResolve runs the very statement KeyComplete runs for an attempt

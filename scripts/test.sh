@@ -23,7 +23,7 @@ if [ ${#need[@]} -gt 0 ]; then
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo=sudo
 	$sudo apt-get update -q
-	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
 fi
 
 # The rolling-upgrade test builds the last release (docs/releases) from git

@@ -240,9 +240,7 @@ FROM charges c JOIN idempotency_keys k
 	ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
 WHERE c.id = ?1 AND k.state = 'processing'`, chargeID).Scan(&remaining)
 			if err == nil {
-				return &chargeonce.Error{Code: chargeonce.ELEASED, RetryAfter: max(time.Duration(remaining)*time.Microsecond, time.Second),
-					Message: fmt.Sprintf("charge %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that",
-						chargeID, (time.Duration(remaining) * time.Microsecond).Round(time.Millisecond))}
+				return chargeonce.LeasedError(chargeID, time.Duration(remaining)*time.Microsecond)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return wrap("claiming a charge for resolution", err)

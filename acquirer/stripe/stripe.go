@@ -391,10 +391,9 @@ func lookupOf(reference string, pi *stripego.PaymentIntent) chargeonce.LookupRes
 		lr.Status, lr.Result = chargeonce.LookupFound, res
 	}
 	switch pi.Status {
-	case stripego.PaymentIntentStatusSucceeded, stripego.PaymentIntentStatusRequiresAction:
-		lr.Binding = true
-	case stripego.PaymentIntentStatusProcessing, stripego.PaymentIntentStatusRequiresCapture:
-		lr.Binding, lr.Open = true, true
+	case stripego.PaymentIntentStatusSucceeded, stripego.PaymentIntentStatusRequiresAction,
+		stripego.PaymentIntentStatusProcessing, stripego.PaymentIntentStatusRequiresCapture:
+		lr.Binding = true // the open two are unsure: lr.Open()
 	}
 	return lr
 }

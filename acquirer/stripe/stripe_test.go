@@ -304,7 +304,7 @@ func TestRetrieveBindsOperators(t *testing.T) {
 	if lr := lookup("ch_3ds"); lr.Status != chargeonce.LookupFound || lr.Result.Status != chargeonce.StatusDeclined || !lr.Binding {
 		t.Fatalf("requires_action: %+v; want found, declined, binding", lr)
 	}
-	if lr := lookup("ch_async"); lr.Status != chargeonce.LookupUnsure || !lr.Open || !lr.Binding || lr.AcquirerID != ids["ch_async"] {
+	if lr := lookup("ch_async"); lr.Status != chargeonce.LookupUnsure || !lr.Open() || !lr.Binding || lr.AcquirerID != ids["ch_async"] {
 		t.Fatalf("processing: %+v; want unsure, open, binding", lr)
 	}
 	if _, err := e.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_other", AcquirerID: ids["ch_async"]}); err == nil {
