@@ -125,6 +125,11 @@ type Config struct {
 	// merchant has a webhook endpoint on loopback, so every settlement
 	// writes its event and the instance delivers it (--webhooks).
 	Webhooks bool
+	// Runs is how many times the whole benchmark runs back to back (--runs);
+	// with more than one, a summary of the minimum of each ratio over the
+	// runs follows the last run's report, since a target is met only when
+	// every run meets it, not the best. 0 means 1.
+	Runs int
 	// ProfileDir, when set, receives CPU profiles of the chargeonce and
 	// bare-http servers under the new and replay workloads at RatioClients,
 	// taken in extra unmeasured runs.
@@ -203,6 +208,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--group must be at least 2; got %d", c.Group)
 	case c.ReplayKeys < 1:
 		return fmt.Errorf("--replay-keys must be at least 1; got %d", c.ReplayKeys)
+	case c.Runs < 0:
+		return fmt.Errorf("--runs must be at least 1; got %d", c.Runs)
 	case c.Preload < 0:
 		return fmt.Errorf("--preload must not be negative; got %d", c.Preload)
 	case c.ChildCommand == nil:
@@ -219,7 +226,7 @@ func (c *Config) validate() error {
 // Run runs the benchmark and prints its results to cfg.Out, ending with
 // the ratios line. It cleans up after itself (children stopped, schema
 // dropped or files removed) also when ctx is cancelled or it fails.
-func Run(ctx context.Context, cfg Config) (err error) {
+func Run(ctx context.Context, cfg Config) error {
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}
@@ -229,6 +236,27 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	if cfg.Runs <= 1 {
+		_, err := runOnce(ctx, cfg)
+		return err
+	}
+	var runs []*bench
+	for i := 1; i <= cfg.Runs; i++ {
+		fmt.Fprintf(cfg.Out, "== run %d of %d ==\n", i, cfg.Runs)
+		b, err := runOnce(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("run %d of %d: %w", i, cfg.Runs, err)
+		}
+		runs = append(runs, b)
+		fmt.Fprintln(cfg.Out)
+	}
+	reportRuns(cfg.Out, runs)
+	return nil
+}
+
+// runOnce is one run of the benchmark; it returns the run for the summary
+// of --runs.
+func runOnce(ctx context.Context, cfg Config) (_ *bench, err error) {
 	b := &bench{cfg: cfg, log: cfg.Log, runID: randHex(4), secret: "sk_bench_" + randHex(16)}
 	b.postgres = isPostgres(cfg.DB)
 	b.loadStart = loadAverage()
@@ -241,28 +269,28 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}()
 	if err := b.setup(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if err := b.measure(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if err := b.check(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	b.stopChildren()
 	if !b.postgres && slices.Contains(cfg.Workloads, WorkloadNew) {
 		if err := b.measureSync(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if cfg.Preload > 0 && slices.Contains(cfg.Workloads, WorkloadNew) {
 		if err := b.measurePreloaded(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	b.loadEnd = loadAverage()
 	b.report()
-	return nil
+	return b, nil
 }
 
 // bench is one run.

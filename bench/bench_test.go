@@ -344,3 +344,50 @@ func TestBadConfigurationNamesTheFlag(t *testing.T) {
 		t.Errorf("ParseWorkloads: %v", err)
 	}
 }
+
+// TestRunsReportTheMinimum runs the benchmark twice back to back (--runs 2)
+// and checks that the summary's ratios line holds, for each ratio, the
+// smaller of the two runs' ratios lines.
+func TestRunsReportTheMinimum(t *testing.T) {
+	t.Parallel()
+	base := pgtest.AdminURL(t)
+	var out, log apitest.Buffer
+	cfg := tiny(base, &out, &log)
+	cfg.Runs, cfg.Preload = 2, 0
+	if err := bench.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
+	}
+	var perRun [][]float64
+	var summary []float64
+	summaryLine := regexp.MustCompile(`^ratios \(minimum of 2 runs\): new=(\d+\.\d\d) replay=(\d+\.\d\d) contended=(\d+\.\d\d) new_vs_minimal=(\d+\.\d\d) contended_vs_minimal=(\d+\.\d\d)$`)
+	parse := func(m []string) []float64 {
+		var fs []float64
+		for _, s := range m[1:] {
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, f)
+		}
+		return fs
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if m := ratiosLine.FindStringSubmatch(line); m != nil {
+			perRun = append(perRun, parse(m))
+		}
+		if m := summaryLine.FindStringSubmatch(line); m != nil {
+			summary = parse(m)
+		}
+	}
+	if len(perRun) != 2 || summary == nil {
+		t.Fatalf("want 2 runs' ratios lines and the summary's; got %d and %v\n%s", len(perRun), summary, out.String())
+	}
+	for i := range summary {
+		if want := min(perRun[0][i], perRun[1][i]); summary[i] != want {
+			t.Errorf("ratio %d: summary %.2f, want the minimum of %.2f and %.2f", i, summary[i], perRun[0][i], perRun[1][i])
+		}
+	}
+	if !strings.Contains(out.String(), "== run 2 of 2 ==") || !strings.Contains(out.String(), "over 2 back-to-back runs") {
+		t.Errorf("the report lacks the runs' headings or summary table\n%s", out.String())
+	}
+}

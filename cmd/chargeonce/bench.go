@@ -46,6 +46,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.Group, "group", bench.DefaultGroup, "clients sending the same key at once in the contended workload")
 	fs.IntVar(&cfg.ReplayKeys, "replay-keys", bench.DefaultReplayKeys, "completed keys the replay workload cycles through")
 	fs.IntVar(&cfg.Preload, "preload", bench.DefaultPreload, "keys put in the table before new is measured against an empty table; 0 skips that comparison")
+	fs.IntVar(&cfg.Runs, "runs", 1, "run the whole benchmark this many times back to back and end with the minimum of each ratio over the runs")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "directory to write CPU profiles of the servers under new and replay to (extra, unmeasured runs)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
