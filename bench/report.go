@@ -19,7 +19,7 @@ const (
 	targetPreloaded = 0.85
 	targetRSS       = 150 << 20
 	sqliteTarget    = 0.8
-	// targetMinimal: chargeonce's new charge at least as fast as the seed
+	// targetMinimal: chargeonce's new charge and contended at least 1.3 x the seed
 	// article's single-table design.
 	targetMinimal = 1.3
 )

@@ -172,6 +172,7 @@ type Engine struct {
 	log      *slog.Logger
 	slots    *admission
 	rates    *rateLimits
+	cache    KeyCache // nil when the store keeps nothing in memory
 }
 
 // New returns an Engine over store and acquirer.
@@ -212,11 +213,22 @@ func New(store chargeonce.Store, acquirer chargeonce.Acquirer, opts Options) *En
 	if opts.History == nil {
 		opts.History, _ = store.(chargeonce.HistoryAppender)
 	}
+	cache, _ := store.(KeyCache)
 	return &Engine{
-		store: store, acquirer: acquirer, opts: opts, log: opts.Logger,
+		store: store, acquirer: acquirer, opts: opts, log: opts.Logger, cache: cache,
 		slots: newAdmission(opts.MaxInFlight, opts.MerchantMaxInFlight),
 		rates: newRateLimits(opts.MerchantRate, opts.MerchantRates),
 	}
+}
+
+// KeyCache is what a store that keeps completed records in memory (the
+// replay cache) offers besides the store: a look at a completed record that
+// costs no database round trip, or false. The engine answers a replay from
+// it before anything else, so that the answer a retrying client waits for is
+// the cheapest thing the service does: no rate, token, charge id or write
+// deadline is spent on it.
+type KeyCache interface {
+	KeyCached(merchantID, key string) (chargeonce.KeyRecord, bool)
 }
 
 // Options returns the engine's effective options.
@@ -231,6 +243,8 @@ func (e *Engine) Options() Options { return e.opts }
 // EUNAVAILABLE (503: the database failed; the record may exist, so the
 // client retries with the same key), or an internal error (500).
 //
+// A replay the replay cache holds is answered first, before the merchant's
+// rate: it costs no token, write or acquirer slot (see KeyCache).
 // Admission comes after the cheap answers. The insert runs first, with no
 // slot: a replay (answered from memory by the replay cache), a 409 or a 422
 // needs no acquirer and never queues behind acquirer calls. Only an attempt
@@ -244,14 +258,23 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		// The client gave up before the attempt started: nothing written.
 		return Response{}, abandoned(err)
 	}
+	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
+	if e.cache != nil {
+		// A completed record in memory is answered at once, rate or not:
+		// the stored answer (or a 422 for a different request) moves no
+		// money, and a rate must never hide a capture from its retry.
+		if rec, ok := e.cache.KeyCached(merchantID, key); ok {
+			resp, _, err := e.answerExisting(ctx, rec, fp, "cached: ")
+			return resp, err
+		}
+	}
 	// The merchant's rate comes before anything is written, so that an
 	// attempt over it leaves nothing behind. Under the rate (the common
 	// path) it costs nothing more; over it, see overRate.
 	if ok, wait := e.rates.allow(merchantID); !ok {
-		return e.overRate(ctx, merchantID, key, req, wait)
+		return e.overRate(ctx, merchantID, key, fp, wait)
 	}
 	client := ctx
-	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
 	token := idempotency.NewToken()
 	// From here on the attempt's writes run to their end even if the client
 	// hangs up: a statement cancelled mid-flight may still commit after we
@@ -347,7 +370,7 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 // under the rate, drives it). Only a new intent (no record, or a completed
 // one past its expiry, which a retry would start afresh) is refused 429,
 // with nothing written, as is an attempt whose read failed.
-func (e *Engine) overRate(ctx context.Context, merchantID, key string, req *chargeonce.ChargeRequest, wait time.Duration) (Response, error) {
+func (e *Engine) overRate(ctx context.Context, merchantID, key string, fp string, wait time.Duration) (Response, error) {
 	refused := func() (Response, error) {
 		e.observeRateLimited(RateLimitedRate)
 		return Response{}, &chargeonce.Error{
@@ -365,7 +388,7 @@ func (e *Engine) overRate(ctx context.Context, merchantID, key string, req *char
 	if rec.State == chargeonce.KeyCompleted && !rec.ExpiresAt.IsZero() && rec.ExpiresIn <= 0 {
 		return refused()
 	}
-	if resp, done, err := e.answerExisting(ctx, rec, idempotency.Fingerprint("POST", "/v1/charges", req), "over the rate; "); done {
+	if resp, done, err := e.answerExisting(ctx, rec, fp, "over the rate; "); done {
 		return resp, err
 	}
 	e.observeRateLimited(RateLimitedRate)

@@ -268,3 +268,38 @@ func TestMerchantRateCheapAnswersFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestCachedReplaysSpendNoRate (issue 38): a replay the replay cache
+// answers costs the merchant none of its rate, so a retry storm on finished
+// keys leaves the merchant's new charges their tokens. A burst of 3: the
+// first charge takes one, then 50 replays (the first reads the store and takes one; the rest come from memory),
+// then a second new charge must still get the other.
+func TestCachedReplaysSpendNoRate(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, kind, engine.Options{MerchantRate: engine.Rate{PerSecond: 1.0 / 3600, Burst: 3}}, acquirer.Options{})
+			order := orderSeq.Add(10)
+			first := apitest.Charge(t, f.inst.URL, "storm-done", chargeBody(order, "tok_ok"))
+			if first.Status != 201 {
+				t.Fatalf("the first charge: %d %s", first.Status, first.Body)
+			}
+			// The first replay reads the store (and spends a token: it is
+			// not known to be a replay before the read); the rest are
+			// answered from memory.
+			for i := range 50 {
+				r := apitest.Charge(t, f.inst.URL, "storm-done", chargeBody(order, "tok_ok"))
+				if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(r.Body, first.Body) {
+					t.Fatalf("replay %d: %d %s; want the stored 201, replayed", i, r.Status, r.Body)
+				}
+			}
+			if h := f.inst.Replays.Stats().Hits; h < 49 {
+				t.Fatalf("%d replays answered from the cache, want 49", h)
+			}
+			if r := apitest.Charge(t, f.inst.URL, "storm-new", chargeBody(order+1, "tok_ok")); r.Status != 201 {
+				t.Fatalf("a new charge after the replay storm, with a token left: %d %s; want 201 (the replays spent the merchant's rate)", r.Status, r.Body)
+			}
+		})
+	}
+}

@@ -159,6 +159,13 @@ func (c *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 	return rec, inserted, err
 }
 
+// KeyCached returns the key's completed record when it is in memory, with
+// no database round trip, and false otherwise (engine.KeyCache): the
+// engine's replay fast path.
+func (c *Store) KeyCached(merchantID, key string) (chargeonce.KeyRecord, bool) {
+	return c.get(entryKey{merchantID, key})
+}
+
 // KeyGet answers from memory when the key's completed record is cached, and
 // otherwise asks the store and remembers a completed record it returns.
 func (c *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.KeyRecord, error) {
