@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -129,10 +130,17 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Type", resp.ContentType())
-	if resp.Replayed {
-		h.Set("Idempotent-Replayed", "true")
+	// The constant headers of an answer are shared, never-written slices
+	// (net/http only reads them): a replay allocates as little as it can.
+	if resp.Status >= 400 {
+		h["Content-Type"] = problemJSON
+	} else {
+		h["Content-Type"] = applicationJSON
 	}
+	if resp.Replayed {
+		h["Idempotent-Replayed"] = replayedTrue
+	}
+	h["Content-Length"] = []string{strconv.Itoa(len(resp.Body))}
 	if resp.Status == http.StatusAccepted || resp.RetryAfter > 0 {
 		// A 202 always says when to come back (at least 1 s).
 		h.Set("Retry-After", retryAfterHeader(resp.RetryAfter))
@@ -186,11 +194,32 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
+// The values of constant response headers (see handleCreateCharge).
+var (
+	applicationJSON = []string{"application/json"}
+	problemJSON     = []string{"application/problem+json"}
+	replayedTrue    = []string{"true"}
+)
+
 // readBody reads a request body of at most MaxBodyBytes; a larger one is
 // ETOOLARGE.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
 		return nil, wire.TooLarge()
+	}
+	if n := r.ContentLength; n > 0 {
+		// The common case, a declared length: one buffer of that size
+		// (and a byte more, to see a body longer than it said).
+		buf := make([]byte, n+1)
+		got, err := io.ReadFull(r.Body, buf)
+		switch {
+		case errors.Is(err, io.ErrUnexpectedEOF) && int64(got) == n:
+			return buf[:n], nil
+		case err == nil:
+			return nil, chargeonce.Errorf(chargeonce.EINVALID, "the body is longer than its Content-Length")
+		default:
+			return nil, chargeonce.Errorf(chargeonce.EINVALID, "the body could not be read: %v", err)
+		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
