@@ -72,6 +72,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("/v1/charges", s.methodNotAllowed)
 	s.mux.HandleFunc("/v1/charges/{id}", s.methodNotAllowed)
 	s.routeWebhooks()
+	s.routeRefunds()
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
 	s.mux.HandleFunc("GET /openapi.yaml", handleOpenAPI)
@@ -116,6 +117,13 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.engine.Charge(r.Context(), merchant.ID, key, &req)
+	s.writeAttempt(w, r, resp, err)
+}
+
+// writeAttempt writes the engine's answer to one attempt of a money
+// operation (a charge, a refund): the response, replayed or not, with
+// Retry-After on a 202, or the problem err says.
+func (s *Server) writeAttempt(w http.ResponseWriter, r *http.Request, resp engine.Response, err error) {
 	if s.outcomes != nil {
 		status := resp.Status
 		if err != nil {
