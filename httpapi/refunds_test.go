@@ -248,3 +248,78 @@ func TestRefundUnknownOutcomeLookedUpBeforeResend(t *testing.T) {
 		})
 	}
 }
+
+// exerciseRefunds makes every documented answer of the refund routes that
+// can be made on a healthy instance, through the OpenAPI conformance
+// checker (TestOpenAPIConformance).
+func exerciseRefunds(t *testing.T, c *conformance, base string, key func(string) string) {
+	t.Helper()
+	want := func(r apitest.Result, status int, what string) {
+		t.Helper()
+		if r.Status != status {
+			t.Errorf("%s: status %d, want %d; body %s", what, r.Status, status, r.Body)
+		}
+	}
+	const route = "/v1/charges/{id}/refunds"
+	post := func(chargeID, k, body string, headers map[string]string, valid bool) apitest.Result {
+		h := map[string]string{"Idempotency-Key": k}
+		for name, v := range headers {
+			h[name] = v
+		}
+		var b []byte
+		if body != "" {
+			b = []byte(body)
+		}
+		return c.exchange(base, "POST", route, "/v1/charges/"+chargeID+"/refunds", b, h, valid)
+	}
+	charge := func(token string, status int) string {
+		t.Helper()
+		k, body := key("refunded"), []byte(chargeBody(orderSeq.Add(1), token))
+		r := c.exchange(base, "POST", "/v1/charges", "/v1/charges", body, map[string]string{"Idempotency-Key": k}, true)
+		want(r, status, "a charge to refund")
+		if status == 202 {
+			apitest.Eventually(t, 10*time.Second, "the lost reply's charge captured", func() bool {
+				r = c.exchange(base, "POST", "/v1/charges", "/v1/charges", body, map[string]string{"Idempotency-Key": k}, true)
+				return r.Status == 201
+			})
+		}
+		var ch struct {
+			ID       string `json:"id"`
+			ChargeID string `json:"charge_id"`
+		}
+		_ = json.Unmarshal(r.Body, &ch)
+		return ch.ID + ch.ChargeID
+	}
+	ok := charge("tok_ok", 201)
+	rk := key("refund")
+	want(post(ok, rk, `{"amount_cents": 1000, "reason": "requested_by_customer"}`, nil, true), 201, "a refund")
+	want(post(ok, rk, `{"amount_cents": 1000, "reason": "requested_by_customer"}`, nil, true), 201, "its replay")
+	want(post(ok, rk, `{"amount_cents": 1001}`, nil, true), 422, "the refund's key, another body")
+	want(post(ok, key("too-much"), `{"amount_cents": 999999}`, nil, true), 400, "more than remains")
+	want(post(ok, key("bad"), `{"amount_cents": "1"}`, nil, false), 400, "a wrong type")
+	want(post(ok, "", `{}`, nil, false), 400, "no Idempotency-Key")
+	want(post(ok, key("auth"), `{}`, map[string]string{"Authorization": ""}, false), 401, "no API key")
+	want(post("ch_nope", key("nope"), `{}`, nil, true), 404, "no such charge")
+	declined := charge("tok_declined", 402)
+	want(post(declined, key("declined"), `{}`, nil, true), 400, "a declined charge")
+	lost := charge("tok_fail_after", 202)
+	want(post(lost, key("pending"), `{}`, nil, true), 202, "a refund whose reply is lost")
+	want(c.exchange(base, "DELETE", route, "/v1/charges/"+ok+"/refunds", nil, nil, false), 405, "DELETE refunds")
+
+	list := c.exchange(base, "GET", "/v1/refunds", "/v1/refunds?limit=1&charge_id="+ok, nil, nil, true)
+	want(list, 200, "list refunds")
+	var page struct {
+		Data []struct {
+			ID string `json:"id"`
+		}
+	}
+	if err := json.Unmarshal(list.Body, &page); err != nil || len(page.Data) != 1 {
+		t.Fatalf("refunds of %s: %s (%v)", ok, list.Body, err)
+	}
+	want(c.exchange(base, "GET", "/v1/refunds", "/v1/refunds?starting_after="+page.Data[0].ID, nil, nil, true), 200, "the next page")
+	want(c.exchange(base, "GET", "/v1/refunds", "/v1/refunds?limit=0", nil, nil, false), 400, "limit 0")
+	want(c.exchange(base, "GET", "/v1/refunds", "/v1/refunds", nil, map[string]string{"Authorization": ""}, false), 401, "list without a key")
+	want(c.exchange(base, "GET", "/v1/refunds/{id}", "/v1/refunds/"+page.Data[0].ID, nil, nil, true), 200, "get a refund")
+	want(c.exchange(base, "GET", "/v1/refunds/{id}", "/v1/refunds/re_nope", nil, nil, true), 404, "no such refund")
+	want(c.exchange(base, "GET", "/v1/refunds/{id}", "/v1/refunds/"+page.Data[0].ID, nil, map[string]string{"Authorization": ""}, false), 401, "get without a key")
+}

@@ -24,6 +24,7 @@ var refundTests = []struct {
 	{"RefundKeyExpiresFromSettlement", testRefundKeyExpiresFromSettlement},
 	{"RefundKeyNamespaceShared", testRefundKeyNamespaceShared},
 	{"RefundsListPaged", testRefundsListPaged},
+	{"RefundEventsOnce", testRefundEventsOnce},
 }
 
 // capturedCharge inserts and captures a charge of amount for merchant.
@@ -386,4 +387,46 @@ func testRefundsListPaged(t *testing.T, s chargeonce.Store) {
 	}
 	_, err = s.RefundsList(t.Context(), chargeonce.RefundsListParams{MerchantID: "m-other", Limit: 2, StartingAfter: ids[0]})
 	wantCode(t, "another merchant's cursor", err, chargeonce.EINVALID)
+}
+
+// testRefundEventsOnce: a refund's insert writes refund.created, its
+// settlement refund.updated and charge.refunded (succeeded) or
+// refund.failed, each once, beside the charge's own event.
+func testRefundEventsOnce(t *testing.T, s chargeonce.Store) {
+	ch := capturedCharge(t, s, "m-ev", 100)
+	types := func() map[string]int {
+		t.Helper()
+		page, err := s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: "m-ev", ChargeID: ch.ID, Limit: 100})
+		if err != nil {
+			t.Fatalf("WebhookEventsList: %v", err)
+		}
+		got := map[string]int{}
+		for _, ev := range page.Events {
+			got[ev.Type]++
+		}
+		return got
+	}
+	ok := newRefund(ch, "ev-ok", 40)
+	okRec := insertRefund(t, s, ok)
+	bad := newRefund(ch, "ev-bad", 30)
+	badRec := insertRefund(t, s, bad)
+	if got := types(); got["refund.created"] != 2 || got["charge.captured"] != 1 || len(got) != 2 {
+		t.Fatalf("events after two refunds inserted: %v; want charge.captured 1, refund.created 2", got)
+	}
+	if err := completeRefund(t, s, okRec, ok.Token, chargeonce.RefundSucceeded, longTTL); err != nil {
+		t.Fatal(err)
+	}
+	if err := completeRefund(t, s, badRec, bad.Token, chargeonce.RefundFailed, longTTL); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"charge.captured": 1, "refund.created": 2, "refund.updated": 1, "charge.refunded": 1, "refund.failed": 1}
+	got := types()
+	for k, n := range want {
+		if got[k] != n {
+			t.Fatalf("events after settling: %v; want %v", got, want)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("events after settling: %v; want %v", got, want)
+	}
 }

@@ -51,3 +51,79 @@ CREATE INDEX refunds_merchant_charge ON refunds (merchant_id, charge_id, created
 -- chargeonce:step
 -- GET /v1/refunds, newest first.
 CREATE INDEX refunds_merchant_created ON refunds (merchant_id, created_at DESC, id DESC);
+
+-- Events of refunds (SPEC "Settlement events"): refund.created when a
+-- refund is inserted, and when it settles refund.updated and
+-- charge.refunded (succeeded), refund.failed (failed) or refund.updated
+-- (canceled), each written by the statement that inserts or settles the
+-- refund, by the triggers below. A refund's events carry its charge's id
+-- in charge_id (GET /v1/events?charge_id= lists them with the charge's)
+-- and the refund's in object_id. A charge has several events now, so
+-- webhook_events' UNIQUE (charge_id) becomes one event per charge among
+-- the charges' own events (object_id NULL, as every release before this
+-- one writes them: its ON CONFLICT DO NOTHING still finds a unique index)
+-- and one per (refund, type). The indexes are built before the
+-- constraint goes, each in a step of its own: a plain CREATE INDEX holds
+-- SHARE on webhook_events while it builds, so settlements wait for the
+-- build (as 0007's do); on a large events table, build them CONCURRENTLY
+-- by hand before upgrading, and IF NOT EXISTS skips them. (A
+-- no-transaction step would deadlock with instances waiting on the
+-- migration lock: CONCURRENTLY waits for their transactions.)
+
+-- chargeonce:step
+ALTER TABLE webhook_events ADD COLUMN object_id text;
+
+-- chargeonce:step
+CREATE UNIQUE INDEX IF NOT EXISTS webhook_events_charge_settled
+    ON webhook_events (charge_id) WHERE object_id IS NULL;
+
+-- chargeonce:step
+CREATE UNIQUE INDEX IF NOT EXISTS webhook_events_object_type
+    ON webhook_events (object_id, type) WHERE object_id IS NOT NULL;
+
+-- chargeonce:step
+CREATE INDEX IF NOT EXISTS webhook_events_charge ON webhook_events (charge_id);
+
+-- chargeonce:step
+ALTER TABLE webhook_events DROP CONSTRAINT IF EXISTS webhook_events_charge_id_key;
+
+-- chargeonce:step
+CREATE FUNCTION refunds_created_events() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO webhook_events (id, merchant_id, charge_id, object_id, type)
+    SELECT 'evt_' || substr(n.id, 4) || '_c', n.merchant_id, n.charge_id, n.id, 'refund.created'
+    FROM created n
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+-- chargeonce:step
+CREATE TRIGGER refunds_created_events
+AFTER INSERT ON refunds
+REFERENCING NEW TABLE AS created
+FOR EACH STATEMENT EXECUTE FUNCTION refunds_created_events();
+
+-- chargeonce:step
+CREATE FUNCTION refunds_settled_events() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO webhook_events (id, merchant_id, charge_id, object_id, type)
+    SELECT 'evt_' || substr(n.id, 4) || e.suffix, n.merchant_id, n.charge_id, n.id, e.type
+    FROM settled_new n
+    JOIN settled_old o ON o.id = n.id
+    JOIN (VALUES ('succeeded', '_u', 'refund.updated'), ('succeeded', '_r', 'charge.refunded'),
+                 ('failed', '_f', 'refund.failed'), ('canceled', '_u', 'refund.updated'))
+        AS e(status, suffix, type) ON e.status = n.status
+    WHERE o.status = 'pending'
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+-- chargeonce:step
+CREATE TRIGGER refunds_settled_events
+AFTER UPDATE ON refunds
+REFERENCING OLD TABLE AS settled_old NEW TABLE AS settled_new
+FOR EACH STATEMENT EXECUTE FUNCTION refunds_settled_events();
