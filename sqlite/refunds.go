@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 
 	"github.com/chargeonce/chargeonce"
 )
@@ -22,8 +23,10 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?9)`
 	// sqlRefundAdd adds a new refund to its charge's refunded amount; the
 	// WHERE clause and the CHECK on charges both refuse more than was
 	// captured (the writer lock serializes it with every other refund).
-	sqlRefundAdd = `UPDATE charges SET refunded_cents = refunded_cents + ?2
-WHERE id = ?1 AND status = 'captured' AND refunded_cents + ?2 <= amount_cents`
+	sqlRefundAdd = `UPDATE charges SET refunded_cents = refunded_cents + ?3
+WHERE merchant_id = ?1 AND id = ?2 AND status = 'captured' AND refunded_cents + ?3 <= amount_cents
+RETURNING id, merchant_id, idempotency_key, order_id, amount_cents,
+	currency, payment_token, description, status, decline_code, created_at, metadata`
 
 	// sqlRefundComplete settles a pending refund; a failed or canceled one
 	// gives its amount back to what its charge may still refund.
@@ -84,82 +87,95 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 		inserted bool
 	)
 	err = s.write(ctx, "inserting refund", func(ctx context.Context, tx *sql.Tx) error {
-		var (
-			status            string
-			amount, refunded  int64
-			currency          string
-			chargeErr         error
-			readExistingFirst bool
-		)
-		err := tx.QueryRowContext(ctx, `SELECT status, amount_cents, refunded_cents, currency FROM charges WHERE merchant_id = ?1 AND id = ?2`,
-			rf.MerchantID, rf.ChargeID).Scan(&status, &amount, &refunded, &currency)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			chargeErr = chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", rf.ChargeID)
-		case err != nil:
-			return wrap("reading the refunded charge", err)
-		case status != string(chargeonce.StatusCaptured):
-			chargeErr = chargeonce.NotRefundable(rf.ChargeID, chargeonce.Status(status))
-		}
-		readExistingFirst = chargeErr != nil
-		for range 2 {
-			existing, gone, err := scanKey(tx.StmtContext(ctx, q.keySelectW).QueryRowContext(ctx, rf.MerchantID, rf.IdempotencyKey))
-			switch {
-			case errors.Is(err, sql.ErrNoRows):
-			case err != nil:
-				return wrap("reading existing idempotency key", err)
-			case !gone:
-				rec = existing
-				return nil
-			default:
-				if _, err := tx.StmtContext(ctx, q.keyDelete).ExecContext(ctx, rf.MerchantID, rf.IdempotencyKey); err != nil {
-					return wrap("deleting expired idempotency key", err)
-				}
-			}
-			if readExistingFirst {
-				return chargeErr
-			}
-			var createdAt, leaseUntil int64
-			var leaseExpired bool
-			err = tx.StmtContext(ctx, q.keyInsert).QueryRowContext(ctx,
+		// The key first: a replay or a key in flight is answered with its
+		// record whatever the charge's state now.
+		var createdAt, leaseUntil int64
+		var leaseExpired bool
+		insertKey := func() error {
+			return tx.StmtContext(ctx, q.keyInsert).QueryRowContext(ctx,
 				rf.MerchantID, rf.IdempotencyKey, p.Fingerprint, p.Token, micros(p.Lease), rf.ID,
 			).Scan(&createdAt, &leaseUntil, &leaseExpired)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // cannot happen under the write lock once read; read it again
-			}
-			if err != nil {
-				return wrap("inserting idempotency key", err)
-			}
-			asked := rf.AmountCents
-			if asked == 0 {
-				asked = amount - refunded
-			}
-			res, err := tx.ExecContext(ctx, sqlRefundAdd, rf.ChargeID, asked)
-			if err != nil {
-				return wrap("adding to the charge's refunded amount", err)
-			}
-			if n, err := res.RowsAffected(); err != nil || n == 0 || asked <= 0 {
-				// Returning an error rolls this write back to its
-				// savepoint: the record goes with it.
-				return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, amount-refunded, currency)
-			}
-			if _, err := tx.ExecContext(ctx, sqlRefundInsert, rf.ID, rf.MerchantID, rf.IdempotencyKey, rf.ChargeID,
-				asked, currency, rf.Reason, chargeonce.MetadataText(rf.Metadata), createdAt); err != nil {
-				return wrap("inserting refund", err)
-			}
-			rec, _, err = scanKey(tx.StmtContext(ctx, q.keySelectW).QueryRowContext(ctx, rf.MerchantID, rf.IdempotencyKey))
-			if err != nil {
-				return wrap("reading the inserted refund", err)
-			}
-			inserted = true
-			return nil
 		}
-		return errors.New("inserting refund: the key stayed taken after deleting the expired record")
+		err := insertKey()
+		if errors.Is(err, sql.ErrNoRows) {
+			existing, gone, rerr := scanKey(tx.StmtContext(ctx, q.keySelectW).QueryRowContext(ctx, rf.MerchantID, rf.IdempotencyKey))
+			if rerr != nil {
+				return wrap("reading existing idempotency key", rerr)
+			}
+			if !gone {
+				rec = existing
+				return nil
+			}
+			if _, derr := tx.StmtContext(ctx, q.keyDelete).ExecContext(ctx, rf.MerchantID, rf.IdempotencyKey); derr != nil {
+				return wrap("deleting expired idempotency key", derr)
+			}
+			err = insertKey()
+		}
+		if err != nil {
+			return wrap("inserting idempotency key", err)
+		}
+		// Then the charge's refunded amount, guarded: no row when the
+		// charge is not captured or the sum would pass its amount (an
+		// error rolls this write back to its savepoint, the key with it).
+		amount := rf.AmountCents
+		if amount == 0 {
+			var remaining int64
+			err := tx.QueryRowContext(ctx, `SELECT amount_cents - refunded_cents FROM charges WHERE merchant_id = ?1 AND id = ?2`,
+				rf.MerchantID, rf.ChargeID).Scan(&remaining)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return wrap("reading the refunded charge", err)
+			}
+			amount = remaining
+		}
+		var cr chargeRow
+		err = tx.StmtContext(ctx, q.refundAdd).QueryRowContext(ctx, rf.MerchantID, rf.ChargeID, amount).Scan(cr.dest()...)
+		if errors.Is(err, sql.ErrNoRows) || amount <= 0 {
+			return refusedRefund(ctx, tx, rf)
+		}
+		if err != nil {
+			return wrap("adding to the charge's refunded amount", err)
+		}
+		if _, err := tx.StmtContext(ctx, q.refundInsert).ExecContext(ctx, rf.ID, rf.MerchantID, rf.IdempotencyKey, rf.ChargeID,
+			amount, cr.c.Currency, rf.Reason, chargeonce.MetadataText(rf.Metadata), createdAt); err != nil {
+			return wrap("inserting refund", err)
+		}
+		ch := cr.charge()
+		currency := ch.Currency
+		nr := rf
+		nr.AmountCents, nr.Currency, nr.Status, nr.FailureReason, nr.CreatedAt = amount, currency, chargeonce.RefundPending, "", fromMicros(createdAt)
+		rec = chargeonce.KeyRecord{
+			MerchantID: rf.MerchantID, Key: rf.IdempotencyKey, Fingerprint: p.Fingerprint, Token: p.Token,
+			State: chargeonce.KeyProcessing, LeaseUntil: fromMicros(leaseUntil), LeaseExpired: leaseExpired,
+			LeaseHeld: true, CreatedAt: nr.CreatedAt, Charge: ch, Refund: &nr,
+			LeaseRemaining: time.Duration(max(0, leaseUntil-createdAt)) * time.Microsecond,
+		}
+		inserted = true
+		return nil
 	})
 	if err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
 	return rec, inserted, nil
+}
+
+// refusedRefund says why no refund of rf could be added to its charge:
+// ENOTFOUND, ENOTREFUNDABLE, or EREFUNDEXCEEDS naming what remains.
+func refusedRefund(ctx context.Context, tx *sql.Tx, rf chargeonce.Refund) error {
+	var (
+		status, currency string
+		amount, refunded int64
+	)
+	err := tx.QueryRowContext(ctx, `SELECT status, amount_cents, refunded_cents, currency FROM charges WHERE merchant_id = ?1 AND id = ?2`,
+		rf.MerchantID, rf.ChargeID).Scan(&status, &amount, &refunded, &currency)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", rf.ChargeID)
+	case err != nil:
+		return wrap("reading the refunded charge", err)
+	case status != string(chargeonce.StatusCaptured):
+		return chargeonce.NotRefundable(rf.ChargeID, chargeonce.Status(status))
+	}
+	return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, amount-refunded, currency)
 }
 
 // refundCompleteTx is KeyComplete's work for a refund's record inside tx.
@@ -179,7 +195,7 @@ func refundCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.
 	}
 	var chargeID string
 	var amount int64
-	err = tx.QueryRowContext(ctx, sqlRefundComplete, refundID, string(p.RefundStatus), p.FailureReason).Scan(&chargeID, &amount)
+	err = tx.StmtContext(ctx, q.refundComplete).QueryRowContext(ctx, refundID, string(p.RefundStatus), p.FailureReason).Scan(&chargeID, &amount)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil // settled already (an operator's resolution): the record alone completes
 	}

@@ -311,6 +311,16 @@ func testRefundKeyExpiresFromSettlement(t *testing.T, s chargeonce.Store) {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
+	// A key reused after its record expired is a new refund, even before
+	// the sweeper has been by.
+	again := newRefund(ch, "short", 10)
+	if rec, inserted, err := s.RefundInsert(t.Context(), again); err != nil || !inserted || rec.Refund.ID != again.Refund.ID {
+		t.Fatalf("RefundInsert with an expired refund's key: inserted=%v, %v; want a new refund", inserted, err)
+	}
+	if err := completeRefund(t, s, get(t, s, "m-ttl", "short"), again.Token, chargeonce.RefundSucceeded, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
 	if _, err := s.KeysDeleteExpired(t.Context(), 100); err != nil {
 		t.Fatal(err)
 	}

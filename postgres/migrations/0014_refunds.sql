@@ -59,27 +59,21 @@ CREATE INDEX refunds_merchant_created ON refunds (merchant_id, created_at DESC, 
 -- refund, by the triggers below. A refund's events carry its charge's id
 -- in charge_id (GET /v1/events?charge_id= lists them with the charge's)
 -- and the refund's in object_id. A charge has several events now, so
--- webhook_events' UNIQUE (charge_id) becomes one event per charge among
--- the charges' own events (object_id NULL, as every release before this
--- one writes them: its ON CONFLICT DO NOTHING still finds a unique index)
--- and one per (refund, type). The indexes are built before the
--- constraint goes, each in a step of its own: a plain CREATE INDEX holds
--- SHARE on webhook_events while it builds, so settlements wait for the
--- build (as 0007's do); on a large events table, build them CONCURRENTLY
--- by hand before upgrading, and IF NOT EXISTS skips them. (A
--- no-transaction step would deadlock with instances waiting on the
--- migration lock: CONCURRENTLY waits for their transactions.)
+-- webhook_events' UNIQUE (charge_id) gives way to a plain index on it (the
+-- same work per settlement as before): an event's id is derived from what
+-- it is about (evt_ and the charge's id for a charge's settlement, the
+-- refund's id and a suffix per type for a refund's), so the primary key
+-- keeps each to one, and ON CONFLICT DO NOTHING, the previous release's
+-- included, still finds it. The index is built before the constraint goes,
+-- in a step of its own: a plain CREATE INDEX holds SHARE on webhook_events
+-- while it builds, so settlements wait for the build (as 0007's do); on a
+-- large events table build it CONCURRENTLY by hand before upgrading, and
+-- IF NOT EXISTS skips it. (A no-transaction step would deadlock with
+-- instances waiting on the migration lock: CONCURRENTLY waits for their
+-- transactions.)
 
 -- chargeonce:step
 ALTER TABLE webhook_events ADD COLUMN object_id text;
-
--- chargeonce:step
-CREATE UNIQUE INDEX IF NOT EXISTS webhook_events_charge_settled
-    ON webhook_events (charge_id) WHERE object_id IS NULL;
-
--- chargeonce:step
-CREATE UNIQUE INDEX IF NOT EXISTS webhook_events_object_type
-    ON webhook_events (object_id, type) WHERE object_id IS NOT NULL;
 
 -- chargeonce:step
 CREATE INDEX IF NOT EXISTS webhook_events_charge ON webhook_events (charge_id);

@@ -28,8 +28,10 @@ CREATE INDEX refunds_merchant_created ON refunds (merchant_id, created_at DESC, 
 -- insert; refund.updated and charge.refunded, refund.failed, or
 -- refund.updated (canceled) on settlement; written by the statement that
 -- inserts or settles the refund. A charge has several events now, so
--- webhook_events is rebuilt without its UNIQUE (charge_id): one event per
--- charge among its own (object_id NULL) and one per (refund, type). The
+-- webhook_events is rebuilt without its UNIQUE (charge_id), with a plain
+-- index on it: an event's id is derived from what it is about (the
+-- charge's id, or the refund's and a suffix per type), so the primary key
+-- keeps each to one and INSERT OR IGNORE still finds it. The
 -- fan-out trigger goes with the old table and is created again, as is the
 -- charges' settlement trigger (0011), which names the table.
 DROP TRIGGER charges_webhook_event;
@@ -46,8 +48,6 @@ SELECT id, merchant_id, charge_id, type, created_at FROM webhook_events;
 DROP TABLE webhook_events;
 ALTER TABLE webhook_events_new RENAME TO webhook_events;
 CREATE INDEX webhook_events_merchant_created ON webhook_events (merchant_id, created_at, id);
-CREATE UNIQUE INDEX webhook_events_charge_settled ON webhook_events (charge_id) WHERE object_id IS NULL;
-CREATE UNIQUE INDEX webhook_events_object_type ON webhook_events (object_id, type) WHERE object_id IS NOT NULL;
 CREATE INDEX webhook_events_charge ON webhook_events (charge_id);
 
 CREATE TRIGGER webhook_events_fanout
