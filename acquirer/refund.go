@@ -1,8 +1,13 @@
 package acquirer
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -159,4 +164,101 @@ func ValidateRefundCall(req chargeonce.RefundCall) error {
 		return fmt.Errorf("%w: %w", chargeonce.ErrCaptureRejected, err)
 	}
 	return nil
+}
+
+// refund serves POST /v1/refunds with header Idempotency-Key: <reference>
+// and body {"reference","charge_reference","merchant","amount_cents",
+// "currency"}: 200 {"reference","status","failure_reason"}; a repeated
+// reference answers the first result and moves nothing.
+func (h *handler) refund(w http.ResponseWriter, r *http.Request) {
+	var req chargeonce.RefundCall
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, decodeError(err))
+		return
+	}
+	if vals := r.Header.Values("Idempotency-Key"); len(vals) > 0 {
+		key, err := parseReferenceHeader(vals)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if req.Reference == "" {
+			req.Reference = key
+		}
+		if req.Reference != key {
+			writeError(w, chargeonce.FieldError("reference", "reference %q does not match the Idempotency-Key header %q", req.Reference, key))
+			return
+		}
+	}
+	res, err := h.sim.Refund(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// getRefund serves GET /v1/refunds/{reference}: the settled refund, or 404.
+func (h *handler) getRefund(w http.ResponseWriter, r *http.Request) {
+	ref := r.PathValue("reference")
+	rf, ok := h.sim.GetRefund(ref)
+	if !ok {
+		writeError(w, chargeonce.Errorf(chargeonce.ENOTFOUND, "no refund for reference %q", ref))
+		return
+	}
+	writeJSON(w, http.StatusOK, rf)
+}
+
+var _ chargeonce.Refunder = (*Client)(nil)
+
+// Refund implements chargeonce.Refunder over the simulator's HTTP API (POST
+// /v1/refunds), with the outcome classes of Capture.
+func (c *Client) Refund(ctx context.Context, req chargeonce.RefundCall) (chargeonce.RefundResult, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return chargeonce.RefundResult{}, fmt.Errorf("acquirer: encoding refund %s: %w", req.Reference, err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/refunds", bytes.NewReader(body))
+	if err != nil {
+		return chargeonce.RefundResult{}, fmt.Errorf("acquirer: refunding %s: %w", req.Reference, err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("Idempotency-Key", req.Reference)
+	var res chargeonce.RefundResult
+	if err := c.do(hreq, &res); err != nil {
+		return chargeonce.RefundResult{}, fmt.Errorf("acquirer: refunding %s: %w", req.Reference, err)
+	}
+	if res.Reference != req.Reference || !res.Status.Final() {
+		return chargeonce.RefundResult{}, fmt.Errorf("acquirer: refunding %s: unexpected answer: reference %q, status %q", req.Reference, res.Reference, res.Status)
+	}
+	return res, nil
+}
+
+// RefundLookup implements chargeonce.Refunder with GET
+// /v1/refunds/{reference}, read as Lookup reads captures: found on 200,
+// safe to send on the simulator's own not-found problem, unsure on a bare
+// 404.
+func (c *Client) RefundLookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	hreq, err := c.newGet(ctx, "/v1/refunds/"+url.PathEscape(req.Reference))
+	if err != nil {
+		return chargeonce.LookupResult{}, err
+	}
+	var rf Refund
+	err = c.do(hreq, &rf)
+	if se, ok := errors.AsType[*StatusError](err); ok && se.StatusCode == http.StatusNotFound {
+		if se.Problem.Type == chargeonce.ProblemTypeBase+chargeonce.ENOTFOUND {
+			return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend, Reason: "the acquirer holds no refund under the reference"}, nil
+		}
+		return chargeonce.LookupResult{Reason: "a 404 without the acquirer's not-found problem details (a proxy, or a wrong URL?)"}, nil
+	}
+	if err != nil {
+		return chargeonce.LookupResult{}, fmt.Errorf("acquirer: looking up refund %s: %w", req.Reference, err)
+	}
+	if rf.Reference != req.Reference || !rf.Status.Final() {
+		return chargeonce.LookupResult{}, fmt.Errorf("acquirer: looking up refund %s: unexpected answer: reference %q, status %q", req.Reference, rf.Reference, rf.Status)
+	}
+	return chargeonce.LookupResult{Status: chargeonce.LookupFound, Refund: rf.Result()}, nil
 }

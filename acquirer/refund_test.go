@@ -2,6 +2,7 @@ package acquirer_test
 
 import (
 	"errors"
+	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -84,5 +85,40 @@ func TestSimulatorRefunds(t *testing.T) {
 	}
 	if _, err := sim.Refund(t.Context(), call("", "ch_ok", 10)); !errors.Is(err, chargeonce.ErrCaptureRejected) {
 		t.Fatalf("refund without a reference: %v; want a rejection", err)
+	}
+}
+
+// TestClientRefundsOverHTTP: the HTTP client refunds through the
+// simulator's API with the same outcomes and an honest lookup.
+func TestClientRefundsOverHTTP(t *testing.T) {
+	t.Parallel()
+	sim := acquirer.NewSimulator(acquirer.Options{})
+	t.Cleanup(func() { sim.Close() })
+	srv := httptest.NewServer(acquirer.Handler(sim))
+	t.Cleanup(srv.Close)
+	c := acquirer.NewClient(srv.URL, nil)
+	if _, err := c.Capture(t.Context(), chargeonce.CaptureRequest{Reference: "ch_h", OrderID: 1, Merchant: "m", AmountCents: 100, Currency: "BRL", PaymentToken: acquirer.TokenFailAfter}); err == nil {
+		t.Fatal("tok_fail_after's first capture answered")
+	}
+	if lr, err := c.RefundLookup(t.Context(), chargeonce.LookupRequest{Reference: "re_h"}); err != nil || lr.Status != chargeonce.LookupSafeToSend {
+		t.Fatalf("lookup before any refund: %+v, %v; want safe to send", lr, err)
+	}
+	call := chargeonce.RefundCall{Reference: "re_h", ChargeReference: "ch_h", Merchant: "m", AmountCents: 40, Currency: "BRL"}
+	if _, err := c.Refund(t.Context(), call); err == nil || errors.Is(err, chargeonce.ErrCaptureRejected) {
+		t.Fatalf("first refund after tok_fail_after: %v; want an unknown outcome", err)
+	}
+	lr, err := c.RefundLookup(t.Context(), chargeonce.LookupRequest{Reference: "re_h"})
+	if err != nil || lr.Status != chargeonce.LookupFound || lr.Refund.Status != chargeonce.RefundSucceeded {
+		t.Fatalf("lookup after the lost reply: %+v, %v; want found succeeded", lr, err)
+	}
+	if res, err := c.Refund(t.Context(), call); err != nil || res.Status != chargeonce.RefundSucceeded {
+		t.Fatalf("retry: %+v, %v", res, err)
+	}
+	if got := sim.RefundedCents("ch_h"); got != 40 {
+		t.Fatalf("refunded %d; want 40 once", got)
+	}
+	call.Reference, call.AmountCents = "re_bad", 0
+	if _, err := c.Refund(t.Context(), call); !errors.Is(err, chargeonce.ErrCaptureRejected) {
+		t.Fatalf("refund of 0: %v; want a rejection", err)
 	}
 }
