@@ -253,12 +253,7 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	client := ctx
 	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
 	token := idempotency.NewToken()
-	// From here on the attempt's writes run to their end even if the client
-	// hangs up: a statement cancelled mid-flight may still commit after we
-	// gave up on it, leaving a record nobody drives until its lease ends.
-	// The client's retry will find the finished work instead.
-	// The bound covers the insert, the admission wait and a claim.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AdmissionWait+e.opts.AcquirerTimeout)
+	ctx, cancel := e.detach(ctx)
 	defer cancel()
 	rec, inserted, err := e.store.KeyInsert(ctx, chargeonce.KeyInsertParams{
 		Fingerprint: fp,
@@ -338,6 +333,16 @@ func (e *Engine) takeOver(ctx, client context.Context, rec chargeonce.KeyRecord,
 		return e.busy(claimed)
 	}
 	return e.decided(ctx, claimed, "lease ended: claimed the record, looking the reference up before any re-send", e.driveAttempt(ctx, claimed, token, true)), nil
+}
+
+// detach returns the context an attempt's writes run on once it starts
+// (a charge's or a refund's alike): they run to their end even if the
+// client hangs up, since a statement cancelled mid-flight may still commit
+// after we gave up on it, leaving a record nobody drives until its lease
+// ends; the client's retry will find the finished work instead. The bound
+// covers the insert, the admission wait and a claim.
+func (e *Engine) detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AdmissionWait+e.opts.AcquirerTimeout)
 }
 
 // overRate answers an attempt its merchant's bucket had no token for. The

@@ -43,7 +43,7 @@ func (e *Engine) Refund(ctx context.Context, merchantID, chargeID, key string, r
 	client := ctx
 	fp := idempotency.RefundFingerprint(chargeID, req)
 	token := idempotency.NewToken()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AdmissionWait+e.opts.AcquirerTimeout)
+	ctx, cancel := e.detach(ctx)
 	defer cancel()
 	rec, inserted, err := e.store.RefundInsert(ctx, chargeonce.RefundInsertParams{
 		Fingerprint: fp,

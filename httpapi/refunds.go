@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -62,22 +63,10 @@ func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetRefund(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	id := r.PathValue("id")
-	if !plausibleChargeID(id) {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no refund has that id: ids are visible ASCII"))
-		return
-	}
-	rf, err := s.store.RefundGet(r.Context(), merchant.ID, id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, engine.EncodeRefund(&rf))
+	s.getOne(w, r, "refund", func(ctx context.Context, merchantID, id string) ([]byte, error) {
+		rf, err := s.store.RefundGet(ctx, merchantID, id)
+		return engine.EncodeRefund(&rf), err
+	})
 }
 
 // handleListRefunds answers one page of the merchant's refunds, newest

@@ -202,14 +202,7 @@ func (s *Store) refundable(ctx context.Context, merchantID, chargeID string) err
 // from now), the refund takes its final status, and a failed or canceled
 // refund gives its amount back to what the charge may still refund, all
 // in one statement.
-const refundCompleteSQL = `
-WITH k AS (
-	UPDATE idempotency_keys
-	SET state = 'completed', response_status = $4, response_body = $5, updated_at = now(),
-		expires_at = now() + $8::interval
-	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
-	RETURNING charge_id
-), r AS (
+const refundCompleteSQL = keyCompleteCTE + `, r AS (
 	UPDATE refunds
 	SET status = $6, failure_reason = NULLIF($7, ''), updated_at = now()
 	FROM k WHERE refunds.id = k.charge_id AND refunds.status = 'pending'

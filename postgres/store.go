@@ -300,19 +300,25 @@ WHERE k.merchant_id = $1 AND k.key = $2`
 // and its deliveries, in this statement, whichever statement settles the
 // charge (the previous release's too) and whether or not its merchant has an
 // endpoint.
-const keyCompleteSQL = `
+const keyCompleteSQL = keyCompleteCTE + `, c AS (
+	UPDATE charges
+	SET status = $6, decline_code = NULLIF($7, ''), updated_at = now()
+	FROM k WHERE charges.id = k.charge_id
+)
+SELECT count(*) FROM k`
+
+// keyCompleteCTE completes the record ($1 merchant, $2 key) of any kind as
+// a compare-and-set on its owner's token $3, storing the answer ($4, $5)
+// and starting its time to live ($8) now; k returns the guarded object's id.
+// keyCompleteSQL and refundCompleteSQL settle what it guards beside it.
+const keyCompleteCTE = `
 WITH k AS (
 	UPDATE idempotency_keys
 	SET state = 'completed', response_status = $4, response_body = $5, updated_at = now(),
 		expires_at = now() + $8::interval
 	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
 	RETURNING charge_id
-), c AS (
-	UPDATE charges
-	SET status = $6, decline_code = NULLIF($7, ''), updated_at = now()
-	FROM k WHERE charges.id = k.charge_id
-)
-SELECT count(*) FROM k`
+)`
 
 // Statements are the SQL texts of a charge's hot path, exactly as the store
 // runs them for an attempt alone (a batch of one, or WithoutBatching), with
