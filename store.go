@@ -64,7 +64,11 @@ type KeyRecord struct {
 	// while processing). Caches count it down on their own monotonic clock
 	// instead of comparing ExpiresAt with an instance's wall clock.
 	ExpiresIn time.Duration
-	Charge    Charge
+	// Charge is the charge the record guards or, for a refund's record
+	// (Refund set), the charge being refunded.
+	Charge Charge
+	// Refund is the refund the record guards; nil for a charge's record.
+	Refund *Refund
 }
 
 // KeyInsertParams describe a new intent: its record and its processing charge.
@@ -88,6 +92,13 @@ type KeyCompleteParams struct {
 	DeclineCode    string
 	ResponseStatus int
 	ResponseBody   []byte
+	// Kind is the kind of record completed: KindRefund settles its refund
+	// as RefundStatus (giving a failed or canceled refund's amount back to
+	// the charge's refundable amount in the same statement) and leaves
+	// ChargeStatus unused.
+	Kind          RecordKind
+	RefundStatus  RefundStatus
+	FailureReason string
 	// TTL is how long the completed record is kept and replayed, counted
 	// from this completion by the database's clock: a charge settled late
 	// (by recovery, after a long acquirer outage) is still replayed for the
@@ -226,6 +237,8 @@ type Store interface {
 	Outbox
 	// Webhooks holds endpoints, settlement events and their deliveries.
 	Webhooks
+	// Refunds holds refunds, guarded by records of their own kind.
+	Refunds
 }
 
 // CaptureRequest is what chargeonce sends the acquirer.
@@ -347,6 +360,9 @@ type LookupResult struct {
 	Status LookupStatus
 	// Result is the settled capture when Status is LookupFound.
 	Result CaptureResult
+	// Refund is the settled refund when Status is LookupFound for a
+	// refund's reference (Refunder.RefundLookup).
+	Refund RefundResult
 	// Reason says why, for logs: why it is unsure, or why it is safe.
 	Reason string
 	// RetryAfter, when positive, is how long an unsure lookup suggests
@@ -370,7 +386,7 @@ func (r LookupResult) Open() bool { return r.Binding && r.Status == LookupUnsure
 // LookupRequest asks about the record's reference, with what the record
 // knows: its age by the database's clock and the acquirer's id, if any.
 func (r *KeyRecord) LookupRequest(purpose LookupPurpose) LookupRequest {
-	return LookupRequest{Reference: r.Charge.Reference(), Age: r.Age, AgeKnown: true, AcquirerID: r.AcquirerID, Purpose: purpose}
+	return LookupRequest{Reference: r.Reference(), Age: r.Age, AgeKnown: true, AcquirerID: r.AcquirerID, Purpose: purpose}
 }
 
 // AcquirerIDError is implemented by an acquirer's error that names the

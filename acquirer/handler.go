@@ -50,6 +50,10 @@ func Handler(sim *Simulator) http.Handler {
 	mux.HandleFunc("GET /v1/captures", h.list)
 	mux.HandleFunc("GET /v1/captures/{reference}", h.get)
 	mux.HandleFunc("GET /v1/stats", h.stats)
+	mux.HandleFunc("POST /v1/refunds", h.refund)
+	mux.HandleFunc("GET /v1/refunds/{reference}", h.getRefund)
+	mux.HandleFunc("/v1/refunds", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/refunds/{reference}", methodNotAllowed("GET, HEAD"))
 	// The patterns without a method catch the methods the ones above do
 	// not allow, so that 405 is problem+json too; "/" catches the rest.
 	mux.HandleFunc("/v1/captures", methodNotAllowed("GET, HEAD, POST"))

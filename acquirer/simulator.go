@@ -136,6 +136,13 @@ type Stats struct {
 	// tok_fail_before is not a duplicate: nothing had been captured, and
 	// that retry is the one that captures.
 	DuplicateRequests int64 `json:"duplicate_requests"`
+	// RefundRequests counts every valid refund request; Refunds the
+	// refunds that moved money back (one per refund reference at most);
+	// DuplicateRefundRequests the requests for a refund reference that
+	// had already settled, which moved nothing.
+	RefundRequests          int64 `json:"refund_requests"`
+	Refunds                 int64 `json:"refunds"`
+	DuplicateRefundRequests int64 `json:"duplicate_refund_requests"`
 }
 
 // Simulator is an in-memory acquirer, idempotent by reference. It implements
@@ -148,6 +155,7 @@ type Simulator struct {
 	mu      sync.Mutex
 	refs    map[string]*reference
 	byOrder map[orderKey][]*Capture // settled captures, in settling order
+	refunds map[string]*refundRef   // by the refund's reference
 	stats   Stats
 	closed  bool
 
@@ -177,6 +185,11 @@ type reference struct {
 	// since is when the current idempotency window began: the first
 	// request for the reference, or the first after the last window ended.
 	since time.Time
+	// token is the payment token of the reference's first request: its
+	// refunds behave as it says (the same fault tokens).
+	token string
+	// refunded is the sum of the capture's refunds that succeeded.
+	refunded int64
 }
 
 // run is one capture under way, executed on its own goroutine.
@@ -202,6 +215,7 @@ func NewSimulator(opts Options) *Simulator {
 		opts:    opts,
 		refs:    make(map[string]*reference),
 		byOrder: make(map[orderKey][]*Capture),
+		refunds: make(map[string]*refundRef),
 		closing: make(chan struct{}),
 	}
 }
@@ -273,7 +287,7 @@ func (s *Simulator) Capture(ctx context.Context, req chargeonce.CaptureRequest) 
 
 		// Nothing captured yet: this request starts the capture.
 		if ref == nil {
-			ref = &reference{since: time.Now()}
+			ref = &reference{since: time.Now(), token: req.PaymentToken}
 			s.refs[req.Reference] = ref
 		}
 		r := s.start(ref, req)

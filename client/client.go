@@ -252,25 +252,36 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // A captured charge means the intent is paid, whether or not Replayed is
 // set: fulfil it once per intent (see the package documentation).
 func (c *Client) CreateCharge(ctx context.Context, req ChargeRequest) (*Charge, error) {
-	key := req.IdempotencyKey
+	ex, n, err := c.post(ctx, "/v1/charges", req.IdempotencyKey, req)
+	if err != nil {
+		return nil, err
+	}
+	return decodeCharge(ex, n)
+}
+
+// post runs a money operation (a charge, a refund) with the charge
+// protocol's retry rules: one idempotency key (key, or a random one) and
+// one encoded body for every attempt, until a final answer; an answer other
+// than 200 or 201 is the error it says.
+func (c *Client) post(ctx context.Context, path, key string, req any) (*exchange, int, error) {
 	if key == "" {
 		key = NewIdempotencyKey()
 	} else if err := checkKey(key); err != nil {
-		return nil, localValidationError("invalid-idempotency-key", "Invalid Idempotency-Key", err.Error())
+		return nil, 0, localValidationError("invalid-idempotency-key", "Invalid Idempotency-Key", err.Error())
 	}
 	// The body is encoded once: every attempt sends these very bytes.
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, fmt.Errorf("chargeonce: encoding the charge request: %w", err)
+		return nil, 0, fmt.Errorf("chargeonce: encoding the request to %s: %w", path, err)
 	}
-	ex, n, err := c.run(ctx, call{method: http.MethodPost, path: "/v1/charges", body: body, key: key})
+	ex, n, err := c.run(ctx, call{method: http.MethodPost, path: path, body: body, key: key})
 	if err != nil {
-		return nil, err
+		return nil, n, err
 	}
 	if ex.status != http.StatusCreated && ex.status != http.StatusOK {
-		return nil, responseError(ex, n)
+		return nil, n, responseError(ex, n)
 	}
-	return decodeCharge(ex, n)
+	return ex, n, nil
 }
 
 // GetCharge returns the charge's current state. A charge that does not
@@ -393,7 +404,8 @@ func (c *Client) notify(a Attempt) {
 func (c *Client) retryableStatus(cl call, status int) bool {
 	switch {
 	case status == http.StatusAccepted:
-		// Only a charge answers 202: recorded, outcome unknown.
+		// Only a charge or a refund answers 202: recorded, outcome
+		// unknown.
 		return cl.method == http.MethodPost
 	case status == http.StatusConflict, status == http.StatusRequestTimeout, status == http.StatusTooManyRequests:
 		return true

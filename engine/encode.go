@@ -56,19 +56,26 @@ func EncodeCharge(ch *chargeonce.Charge) []byte {
 	b = append(b, `,"created_at":"`...)
 	b = ch.CreatedAt.UTC().AppendFormat(b, time.RFC3339)
 	b = append(b, '"')
-	if len(ch.Metadata) > 0 {
-		// Only a charge that has metadata shows it, so the bytes of every
-		// other charge are what they were before metadata existed.
-		b = append(b, `,"metadata":{`...)
-		for i, k := range slices.Sorted(maps.Keys(ch.Metadata)) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = appendString(b, ch.Metadata[k])
+	// Only a charge that has metadata shows it, so the bytes of every
+	// other charge are what they were before metadata existed.
+	b = appendMetadata(b, ch.Metadata)
+	return append(b, '}')
+}
+
+// appendMetadata appends `,"metadata":{…}` with the keys sorted, or
+// nothing when m is empty.
+func appendMetadata(b []byte, m map[string]string) []byte {
+	if len(m) == 0 {
+		return b
+	}
+	b = append(b, `,"metadata":{`...)
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		b = append(b, '}')
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, m[k])
 	}
 	return append(b, '}')
 }

@@ -276,12 +276,7 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	}
 	client := ctx
 	token := idempotency.NewToken()
-	// From here on the attempt's writes run to their end even if the client
-	// hangs up: a statement cancelled mid-flight may still commit after we
-	// gave up on it, leaving a record nobody drives until its lease ends.
-	// The client's retry will find the finished work instead.
-	// The bound covers the insert, the admission wait and a claim.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AdmissionWait+e.opts.AcquirerTimeout)
+	ctx, cancel := e.detach(ctx)
 	defer cancel()
 	rec, inserted, err := e.store.KeyInsert(ctx, chargeonce.KeyInsertParams{
 		Fingerprint: fp,
@@ -328,16 +323,22 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	if resp, done, err := e.answerExisting(ctx, rec, fp, ""); done {
 		return resp, err
 	}
-	// The attempt that owned the key is gone, or its unknown outcome's
-	// back-off is over. Rather than answer 409 until recovery gets there,
-	// this retry claims the record and re-drives it: it needs a slot first
-	// (without one the record stays as it is, for a later retry or
-	// recovery), then looks the reference up and sends it again only if
-	// the acquirer never captured it.
+	return e.takeOver(ctx, client, rec, token)
+}
+
+// takeOver answers a retry that found its record processing with the lease
+// ended: the attempt that owned the key is gone, or its unknown outcome's
+// back-off is over. Rather than answer 409 until recovery gets there, the
+// retry claims the record and re-drives it, whatever its kind: it needs a
+// slot first (without one the record stays as it is, for a later retry or
+// recovery), then looks the reference up and sends it again only if the
+// acquirer never settled it.
+func (e *Engine) takeOver(ctx, client context.Context, rec chargeonce.KeyRecord, token string) (Response, error) {
+	merchantID, key := rec.MerchantID, rec.Key
 	done, err := e.admit(client, merchantID)
 	if err != nil {
 		if code := chargeonce.ErrorCode(err); code == chargeonce.EOVERLOADED || code == chargeonce.ERATELIMITED {
-			return Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: OverloadRetryAfter}, nil
+			return Response{Status: 202, Body: pendingBody(&rec), RetryAfter: OverloadRetryAfter}, nil
 		}
 		return Response{}, err
 	}
@@ -355,6 +356,16 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		return e.busy(claimed)
 	}
 	return e.decided(ctx, claimed, "lease ended: claimed the record, looking the reference up before any re-send", e.driveAttempt(ctx, claimed, token, true)), nil
+}
+
+// detach returns the context an attempt's writes run on once it starts
+// (a charge's or a refund's alike): they run to their end even if the
+// client hangs up, since a statement cancelled mid-flight may still commit
+// after we gave up on it, leaving a record nobody drives until its lease
+// ends; the client's retry will find the finished work instead. The bound
+// covers the insert, the admission wait and a claim.
+func (e *Engine) detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AdmissionWait+e.opts.AcquirerTimeout)
 }
 
 // overRate answers an attempt its merchant's bucket had no token for. The
@@ -422,9 +433,9 @@ func (e *Engine) decided(ctx context.Context, rec chargeonce.KeyRecord, decision
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		e.log.LogAttrs(ctx, slog.LevelDebug, "charge attempt",
 			slog.String("decision", decision),
-			slog.String("merchant", rec.Charge.MerchantID),
-			slog.String("key_hash", idempotency.KeyHash(rec.Charge.MerchantID, rec.Charge.IdempotencyKey)),
-			slog.String("charge_id", rec.Charge.ID),
+			slog.String("merchant", rec.MerchantID),
+			slog.String("key_hash", idempotency.KeyHash(rec.MerchantID, rec.Key)),
+			slog.String(idAttr(&rec), rec.ObjectID()),
 			slog.Int("status", resp.Status),
 			slog.Int("recovery_attempts", rec.RecoveryAttempts))
 	}
@@ -457,7 +468,7 @@ func (e *Engine) driveAttempt(ctx context.Context, rec chargeonce.KeyRecord, tok
 // within it, usually long before its lease would end.
 func (e *Engine) busy(rec chargeonce.KeyRecord) (Response, error) {
 	if rec.RecoveryAttempts > 0 {
-		return Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: rec.LeaseRemaining}, nil
+		return Response{Status: 202, Body: pendingBody(&rec), RetryAfter: rec.LeaseRemaining}, nil
 	}
 	err := inProgress()
 	err.RetryAfter = min(rec.LeaseRemaining, e.opts.AcquirerTimeout)
@@ -600,15 +611,8 @@ func (e *Engine) acquire(ctx context.Context, rec *chargeonce.KeyRecord, ch *cha
 	if lookFirst {
 		lr, err := e.acquirer.Lookup(ctx, rec.LookupRequest(chargeonce.LookupToResend))
 		tr.lookup(lr, err)
-		if err != nil {
-			return chargeonce.CaptureResult{}, fmt.Errorf("looking up reference %s: %w", ch.Reference(), err)
-		}
-		switch lr.Status {
-		case chargeonce.LookupFound:
-			return lr.Result, nil
-		case chargeonce.LookupSafeToSend:
-		default:
-			return chargeonce.CaptureResult{}, &unsureError{reference: ch.Reference(), reason: lr.Reason, retryAfter: lr.RetryAfter, acquirerID: lr.AcquirerID}
+		if found, err := lookedUp(rec, lr, err); found || err != nil {
+			return lr.Result, err
 		}
 	}
 	start := time.Now()
@@ -630,6 +634,25 @@ func (e *Engine) acquire(ctx context.Context, rec *chargeonce.KeyRecord, ch *cha
 		return chargeonce.CaptureResult{Reference: ch.Reference(), Status: chargeonce.StatusDeclined, DeclineCode: chargeonce.DeclineAcquirerRejected}, nil
 	}
 	return res, err
+}
+
+// lookedUp reads the answer of the lookup a re-drive makes before sending
+// rec's reference again, whatever its kind: found when the acquirer
+// settled the reference (the caller takes its result), an error when the
+// lookup failed or cannot tell (the reference is not sent), neither when
+// sending it is safe.
+func lookedUp(rec *chargeonce.KeyRecord, lr chargeonce.LookupResult, err error) (found bool, _ error) {
+	if err != nil {
+		return false, fmt.Errorf("looking up reference %s: %w", rec.Reference(), err)
+	}
+	switch lr.Status {
+	case chargeonce.LookupFound:
+		return true, nil
+	case chargeonce.LookupSafeToSend:
+		return false, nil
+	default:
+		return false, &unsureError{reference: rec.Reference(), reason: lr.Reason, retryAfter: lr.RetryAfter, acquirerID: lr.AcquirerID}
+	}
 }
 
 // RetryAfterError is implemented by an acquirer's error that says how long
@@ -682,6 +705,9 @@ func (e *unsureError) Error() string {
 // failed attempt, so that a record is driven at most once per back-off
 // interval however many retries arrive.
 func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering, lookFirst bool) Response {
+	if rec.Refund != nil {
+		return e.runRefund(ctx, rec, token, backoff, recovering, lookFirst)
+	}
 	ch := rec.Charge
 	base := context.WithoutCancel(ctx)
 	tr := newTrail(&ch, recovering, lookFirst, rec.RecoveryAttempts)
@@ -693,34 +719,45 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 	}
 	e.appendHistory(base, &tr, err != nil)
 	if err != nil {
-		if ra, ok := errors.AsType[RetryAfterError](err); ok {
-			backoff = max(backoff, ra.RetryAfter())
-		}
-		if ai, ok := errors.AsType[chargeonce.AcquirerIDError](err); ok && ai.AcquirerID() != "" && ai.AcquirerID() != rec.AcquirerID {
-			e.recordAcquirerID(base, &ch, rec.Key, token, ai.AcquirerID())
-		}
-		// Unknown outcome: the money may or may not have moved. Answer 202
-		// and hand the record to recovery now rather than after the lease.
-		e.log.WarnContext(ctx, "acquirer outcome unknown; record left for recovery",
-			"charge_id", ch.ID, "merchant", ch.MerchantID, "recovering", recovering, "err", err)
-		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, backoff, recovering)
-		return Response{Status: 202, Body: EncodeCharge(&ch), RetryAfter: backoff}
+		return e.unknown(ctx, &rec, token, backoff, recovering, err)
 	}
 
 	final := ch
 	final.Status = res.Status
 	final.DeclineCode = res.DeclineCode
 	resp := FinalResponse(&final)
-	err = e.complete(base, chargeonce.KeyCompleteParams{
-		MerchantID:     ch.MerchantID,
-		Key:            rec.Key,
-		Token:          token,
-		ChargeStatus:   final.Status,
-		DeclineCode:    final.DeclineCode,
-		ResponseStatus: resp.Status,
-		ResponseBody:   resp.Body,
-		TTL:            e.opts.KeyTTL,
+	return e.settle(ctx, &rec, token, backoff, recovering, resp, chargeonce.KeyCompleteParams{
+		ChargeStatus: final.Status,
+		DeclineCode:  final.DeclineCode,
 	})
+}
+
+// unknown answers a drive of rec whose acquirer outcome is unknown (err),
+// whatever its kind: the money may or may not have moved. It answers 202
+// and hands the record to recovery now rather than after the lease, no
+// sooner than backoff or what the acquirer asked for.
+func (e *Engine) unknown(ctx context.Context, rec *chargeonce.KeyRecord, token string, backoff time.Duration, recovering bool, err error) Response {
+	base := context.WithoutCancel(ctx)
+	if ra, ok := errors.AsType[RetryAfterError](err); ok {
+		backoff = max(backoff, ra.RetryAfter())
+	}
+	if ai, ok := errors.AsType[chargeonce.AcquirerIDError](err); ok && ai.AcquirerID() != "" && ai.AcquirerID() != rec.AcquirerID {
+		e.recordAcquirerID(base, rec, token, ai.AcquirerID())
+	}
+	e.log.WarnContext(ctx, "acquirer outcome unknown; record left for recovery",
+		idAttr(rec), rec.ObjectID(), "merchant", rec.MerchantID, "recovering", recovering, "err", err)
+	e.handOff(base, rec.ObjectID(), rec.MerchantID, rec.Key, token, backoff, recovering)
+	return Response{Status: 202, Body: pendingBody(rec), RetryAfter: backoff}
+}
+
+// settle stores resp, the final answer of rec's drive by token, with the
+// final state in p (whose identity, answer and TTL it fills in), as a
+// compare-and-set on token, whatever the record's kind.
+func (e *Engine) settle(ctx context.Context, rec *chargeonce.KeyRecord, token string, backoff time.Duration, recovering bool, resp Response, p chargeonce.KeyCompleteParams) Response {
+	base := context.WithoutCancel(ctx)
+	p.Kind, p.MerchantID, p.Key, p.Token = rec.Kind(), rec.MerchantID, rec.Key, token
+	p.ResponseStatus, p.ResponseBody, p.TTL = resp.Status, resp.Body, e.opts.KeyTTL
+	err := e.complete(base, p)
 	switch {
 	case err == nil:
 		return resp
@@ -730,10 +767,10 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 		// one anybody may see.
 		rctx, rcancel := context.WithTimeout(base, e.opts.WriteTimeout)
 		defer rcancel()
-		if cur, gerr := e.store.KeyGet(rctx, ch.MerchantID, rec.Key); gerr == nil && cur.State == chargeonce.KeyCompleted && cur.Charge.ID == ch.ID {
+		if cur, gerr := e.store.KeyGet(rctx, rec.MerchantID, rec.Key); gerr == nil && cur.State == chargeonce.KeyCompleted && cur.ObjectID() == rec.ObjectID() {
 			return replay(cur)
 		}
-		return Response{Status: 202, Body: EncodeCharge(&ch)}
+		return Response{Status: 202, Body: pendingBody(rec)}
 	default:
 		// The acquirer answered but the answer could not be stored. The
 		// record stays processing and recovery re-drives the acquirer with
@@ -743,9 +780,9 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 		// lease ends instead. Recovery's own failures count as attempts, so
 		// a write that keeps failing is backed off like an acquirer outage.
 		e.log.ErrorContext(ctx, "storing the acquirer's answer failed; record left for recovery",
-			"charge_id", ch.ID, "status", final.Status, "err", err)
-		e.handOff(base, ch.ID, ch.MerchantID, rec.Key, token, backoff, recovering)
-		return Response{Status: 202, Body: EncodeCharge(&ch)}
+			idAttr(rec), rec.ObjectID(), "status", resp.Status, "err", err)
+		e.handOff(base, rec.ObjectID(), rec.MerchantID, rec.Key, token, backoff, recovering)
+		return Response{Status: 202, Body: pendingBody(rec)}
 	}
 }
 
@@ -770,12 +807,12 @@ func (e *Engine) handOff(base context.Context, chargeID, merchantID, key, token 
 // (or, inside the acquirer's key window, re-sending a request whose stored
 // answer would only repeat "processing"). Best effort: without it the
 // lookup searches, as before.
-func (e *Engine) recordAcquirerID(base context.Context, ch *chargeonce.Charge, key, token, id string) {
+func (e *Engine) recordAcquirerID(base context.Context, rec *chargeonce.KeyRecord, token, id string) {
 	wctx, cancel := context.WithTimeout(base, e.opts.WriteTimeout)
 	defer cancel()
-	if err := e.store.KeyAcquirerIDSet(wctx, ch.MerchantID, key, token, id); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+	if err := e.store.KeyAcquirerIDSet(wctx, rec.MerchantID, rec.Key, token, id); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
 		e.log.ErrorContext(base, "recording the acquirer's id failed; the next lookup searches for it",
-			"charge_id", ch.ID, "acquirer_id", id, "err", err)
+			idAttr(rec), rec.ObjectID(), "acquirer_id", id, "err", err)
 	}
 }
 

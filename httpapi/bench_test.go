@@ -2,8 +2,11 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/chargeonce/chargeonce/acquirer"
@@ -44,5 +47,69 @@ func BenchmarkReplayFromMemory(b *testing.B) {
 		if w := do(); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" {
 			b.Fatalf("replay: %d %s", w.Code, w.Body)
 		}
+	}
+}
+
+// BenchmarkRefundVsNewCharge measures a new refund against a new charge
+// through the whole API on each store, 16 clients at once: each is an
+// insert first, an in-process acquirer call and the stored answer, and a
+// refund must cost no more than a charge. Refunds spread over 256 captured
+// charges, as a shop's refunds do, so that they seldom wait on one
+// charge's row lock.
+func BenchmarkRefundVsNewCharge(b *testing.B) {
+	for _, kind := range []string{"postgres", "sqlite"} {
+		store := apitest.Store(b, kind)
+		sim := apitest.Simulator(b, acquirer.Options{})
+		keys, err := httpapi.ParseKeys("demo:" + apitest.APIKey)
+		if err != nil {
+			b.Fatal(err)
+		}
+		eng := engine.New(replaycache.New(store, replaycache.Options{}), sim, engine.Options{})
+		h := httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys})
+		var seq atomic.Int64
+		post := func(path, key, body string) *httptest.ResponseRecorder {
+			r := httptest.NewRequestWithContext(context.Background(), "POST", path, strings.NewReader(body))
+			r.Header.Set("Authorization", "Bearer "+apitest.APIKey)
+			r.Header.Set("Idempotency-Key", key)
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w
+		}
+		newCharge := func(amount int64) *httptest.ResponseRecorder {
+			n := seq.Add(1)
+			return post("/v1/charges", fmt.Sprintf("bench-charge-%d", n),
+				fmt.Sprintf(`{"order_id": %d, "amount_cents": %d, "currency": "BRL", "payment_token": "tok_ok"}`, n, amount))
+		}
+		var charges []string
+		for range 256 {
+			w := newCharge(1 << 40)
+			var ch struct{ ID string }
+			if w.Code != 201 || json.Unmarshal(w.Body.Bytes(), &ch) != nil {
+				b.Fatalf("charge: %d %s", w.Code, w.Body)
+			}
+			charges = append(charges, ch.ID)
+		}
+		b.Run(kind+"/new-charge", func(b *testing.B) {
+			b.SetParallelism(8) // 16 clients on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if w := newCharge(25000); w.Code != 201 {
+						b.Fatalf("charge: %d %s", w.Code, w.Body)
+					}
+				}
+			})
+		})
+		b.Run(kind+"/refund", func(b *testing.B) {
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					n := seq.Add(1)
+					if w := post("/v1/charges/"+charges[n%int64(len(charges))]+"/refunds", fmt.Sprintf("bench-refund-%d", n), `{"amount_cents": 1}`); w.Code != 201 {
+						b.Fatalf("refund: %d %s", w.Code, w.Body)
+					}
+				}
+			})
+		})
 	}
 }

@@ -73,6 +73,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("/v1/charges", s.methodNotAllowed)
 	s.mux.HandleFunc("/v1/charges/{id}", s.methodNotAllowed)
 	s.routeWebhooks()
+	s.routeRefunds()
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
 	s.mux.HandleFunc("GET /openapi.yaml", handleOpenAPI)
@@ -117,6 +118,13 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.engine.Charge(r.Context(), merchant.ID, key, &req)
+	s.writeAttempt(w, r, resp, err)
+}
+
+// writeAttempt writes the engine's answer to one attempt of a money
+// operation (a charge, a refund): the response, replayed or not, with
+// Retry-After on a 202, or the problem err says.
+func (s *Server) writeAttempt(w http.ResponseWriter, r *http.Request, resp engine.Response, err error) {
 	if s.outcomes != nil {
 		status := resp.Status
 		if err != nil {
@@ -150,6 +158,15 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) {
+	s.getOne(w, r, "charge", func(ctx context.Context, merchantID, id string) ([]byte, error) {
+		ch, err := s.store.ChargeGet(ctx, merchantID, id)
+		return engine.EncodeCharge(&ch), err
+	})
+}
+
+// getOne answers GET of one of the merchant's objects (a charge, a
+// refund) by the id in the path, read and encoded by get.
+func (s *Server) getOne(w http.ResponseWriter, r *http.Request, what string, get func(ctx context.Context, merchantID, id string) ([]byte, error)) {
 	merchant, err := s.keys.authenticate(r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -157,17 +174,17 @@ func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !plausibleChargeID(id) {
-		// An id no charge can have (a NUL, invalid UTF-8, anything but
+		// An id no object can have (a NUL, invalid UTF-8, anything but
 		// visible ASCII) is simply not found; it never reaches the store.
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no charge has that id: ids are visible ASCII"))
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no %s has that id: ids are visible ASCII", what))
 		return
 	}
-	ch, err := s.store.ChargeGet(r.Context(), merchant.ID, id)
+	body, err := get(r.Context(), merchant.ID, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, engine.EncodeCharge(&ch))
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {

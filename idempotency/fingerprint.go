@@ -34,16 +34,42 @@ func Fingerprint(method, path string, r *chargeonce.ChargeRequest) string {
 	b = appendField(b, r.Currency)
 	b = appendField(b, r.PaymentToken)
 	b = appendField(b, r.Description)
-	if len(r.Metadata) > 0 {
-		b = append(b, "\x00metadata"...)
-		b = strconv.AppendInt(b, int64(len(r.Metadata)), 10)
-		for _, k := range slices.Sorted(maps.Keys(r.Metadata)) {
-			b = appendField(b, k)
-			b = appendField(b, r.Metadata[k])
-		}
+	return sum(appendMetadata(b, r.Metadata))
+}
+
+// RefundFingerprint identifies a refund request of chargeID as Fingerprint
+// does a charge's: method, path and decoded body. An amount left out (the
+// rest of the charge) is 0 here, whatever remains when it is inserted, so a
+// retry is the same request however the charge's other refunds went.
+func RefundFingerprint(chargeID string, r *chargeonce.RefundRequest) string {
+	var buf [512]byte
+	b := buf[:0]
+	b = appendField(b, "POST")
+	b = appendField(b, "/v1/charges/"+chargeID+"/refunds")
+	b = strconv.AppendInt(b, r.AmountCents, 10)
+	b = append(b, 0)
+	b = appendField(b, r.Reason)
+	return sum(appendMetadata(b, r.Metadata))
+}
+
+// appendMetadata appends metadata, when there is some, after a marker no
+// other field can produce, entries sorted by key.
+func appendMetadata(b []byte, m map[string]string) []byte {
+	if len(m) == 0 {
+		return b
 	}
-	sum := sha256.Sum256(b)
-	return base64.RawStdEncoding.EncodeToString(sum[:])
+	b = append(b, "\x00metadata"...)
+	b = strconv.AppendInt(b, int64(len(m)), 10)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		b = appendField(b, k)
+		b = appendField(b, m[k])
+	}
+	return b
+}
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return base64.RawStdEncoding.EncodeToString(s[:])
 }
 
 func appendField(b []byte, s string) []byte {

@@ -105,9 +105,16 @@ func NewToken() string { return randomHex(16) }
 // key grows at its end instead of writing to random pages of a large index
 // (which the benchmark showed costs throughput once the table holds a
 // million charges); the random part keeps ids unguessable and unique.
-func NewChargeID() string {
+func NewChargeID() string { return newID("ch_") }
+
+// NewRefundID returns a new refund identifier, shaped like a charge's
+// (re_ then the same time prefix and random part), which is also the
+// refund's reference at the acquirer.
+func NewRefundID() string { return newID("re_") }
+
+func newID(prefix string) string {
 	var b [3 + 12 + 16]byte
-	copy(b[:], "ch_")
+	copy(b[:], prefix)
 	ms := uint64(time.Now().UnixMilli())
 	const digits = "0123456789abcdef"
 	for i := 14; i >= 3; i-- {

@@ -300,19 +300,25 @@ WHERE k.merchant_id = $1 AND k.key = $2`
 // and its deliveries, in this statement, whichever statement settles the
 // charge (the previous release's too) and whether or not its merchant has an
 // endpoint.
-const keyCompleteSQL = `
+const keyCompleteSQL = keyCompleteCTE + `, c AS (
+	UPDATE charges
+	SET status = $6, decline_code = NULLIF($7, ''), updated_at = now()
+	FROM k WHERE charges.id = k.charge_id
+)
+SELECT count(*) FROM k`
+
+// keyCompleteCTE completes the record ($1 merchant, $2 key) of any kind as
+// a compare-and-set on its owner's token $3, storing the answer ($4, $5)
+// and starting its time to live ($8) now; k returns the guarded object's id.
+// keyCompleteSQL and refundCompleteSQL settle what it guards beside it.
+const keyCompleteCTE = `
 WITH k AS (
 	UPDATE idempotency_keys
 	SET state = 'completed', response_status = $4, response_body = $5, updated_at = now(),
 		expires_at = now() + $8::interval
 	WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'
 	RETURNING charge_id
-), c AS (
-	UPDATE charges
-	SET status = $6, decline_code = NULLIF($7, ''), updated_at = now()
-	FROM k WHERE charges.id = k.charge_id
-)
-SELECT count(*) FROM k`
+)`
 
 // Statements are the SQL texts of a charge's hot path, exactly as the store
 // runs them for an attempt alone (a batch of one, or WithoutBatching), with
@@ -352,7 +358,9 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 			// an attempt earlier in the same batch), or by one a batch of
 			// new keys does not read (keyInsertNewBatchSQL), or the record
 			// vanished meanwhile. Look again with a fresh snapshot.
-			rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyGetSQL, ch.MerchantID, ch.IdempotencyKey))
+			// A refund's record holding the key is read too (its request
+			// is another, so the attempt is answered 422).
+			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, ch.MerchantID, ch.IdempotencyKey))
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // released or swept since: try the insert again
 			}
@@ -420,6 +428,11 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 	}
 	rec, _, err := scanRecord(s.pool.QueryRow(ctx, keyGetSQL, merchantID, key))
 	if errors.Is(err, pgx.ErrNoRows) {
+		// Not a charge's record: a refund's, or none. Only this rarer
+		// path pays for the refunds join.
+		rec, _, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, merchantID, key))
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "idempotency key %q not found", key)
 	}
 	if err != nil {
@@ -435,6 +448,9 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 // whose lease recovery took over finds its token replaced and gets ESTALE,
 // so it can never overwrite the answer recovery stores.
 func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
+	if p.Kind == chargeonce.KindRefund {
+		return s.refundComplete(ctx, p)
+	}
 	if s.batches == nil {
 		return s.completeOne(ctx, p, false)
 	}
@@ -551,15 +567,15 @@ WHERE merchant_id = $1 AND key = $2 AND token = $3 AND state = 'processing'`,
 // under another lease, or completed), so the caller can tell which; a
 // record that does not exist is ENOTFOUND.
 func (s *Store) KeyClaim(ctx context.Context, merchantID, key, newToken string, lease time.Duration) (chargeonce.KeyRecord, bool, error) {
-	rec, _, err := scanRecord(s.pool.QueryRow(ctx, `
+	rec, _, err := scanAnyRecord(s.pool.QueryRow(ctx, `
 WITH k AS (
 	UPDATE idempotency_keys
 	SET token = $3, lease_until = now() + $4::interval, lease_held = true, updated_at = now()
 	WHERE merchant_id = $1 AND key = $2 AND state = 'processing' AND lease_until <= now()
 	RETURNING *
 )
-SELECT `+recordColumns+`
-FROM k JOIN charges c ON c.id = k.charge_id`, merchantID, key, newToken, lease))
+SELECT `+refundColumns+`, `+recordColumns+`
+FROM k`+anyRecordFrom, merchantID, key, newToken, lease))
 	if err == nil {
 		return rec, true, nil
 	}
@@ -600,8 +616,8 @@ WITH due AS (
 	WHERE i.merchant_id = due.merchant_id AND i.key = due.key
 	RETURNING i.*
 )
-SELECT `+recordColumns+`
-FROM k JOIN charges c ON c.id = k.charge_id
+SELECT `+refundColumns+`, `+recordColumns+`
+FROM k`+anyRecordFrom+`
 ORDER BY k.created_at, k.merchant_id, k.key`, lease, limit)
 	if err != nil {
 		return nil, fmt.Errorf("claiming expired idempotency keys: %w", translate(err))
@@ -609,7 +625,7 @@ ORDER BY k.created_at, k.merchant_id, k.key`, lease, limit)
 	defer rows.Close()
 	var recs []chargeonce.KeyRecord
 	for rows.Next() {
-		rec, _, err := scanRecord(rows)
+		rec, _, err := scanAnyRecord(rows)
 		if err != nil {
 			return nil, fmt.Errorf("claiming expired idempotency keys: %w", translate(err))
 		}

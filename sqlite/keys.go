@@ -35,17 +35,23 @@ RETURNING created_at, lease_until, lease_until <= created_at`
 	keyColumns = `k.merchant_id, k.key, k.fingerprint, k.token, k.state,
 	k.lease_until, k.lease_until <= ` + nowMicros + `,
 	max(0, k.lease_until - ` + nowMicros + `), k.recovery_attempts,
-	k.lease_held, coalesce(k.acquirer_id, ''), max(0, ` + nowMicros + ` - c.created_at),
+	k.lease_held, coalesce(k.acquirer_id, ''), max(0, ` + nowMicros + ` - coalesce(r.created_at, c.created_at)),
 	k.response_status, k.response_body, k.created_at, k.expires_at,
 	coalesce(max(k.expires_at - ` + nowMicros + `, 0), 0),
-	coalesce(k.state = 'completed' AND k.expires_at <= ` + nowMicros + `, 0), ` + chargeColumnsC
+	coalesce(k.state = 'completed' AND k.expires_at <= ` + nowMicros + `, 0), ` + chargeColumnsC + `, ` + refundColumnsR
+
+	// keysFrom joins records of either kind to what they guard: a
+	// refund's record (its charge_id holds the refund's id) to its refund
+	// (r) and the refunded charge (c), a charge's to its charge (r NULL).
+	keysFrom = `FROM idempotency_keys k LEFT JOIN refunds r ON r.id = k.charge_id
+JOIN charges c ON c.id = coalesce(r.charge_id, k.charge_id)`
 
 	sqlKeySelect = `SELECT ` + keyColumns + `
-FROM idempotency_keys k JOIN charges c ON c.id = k.charge_id
+` + keysFrom + `
 WHERE k.merchant_id = ?1 AND k.key = ?2`
 
 	sqlKeySelectRowid = `SELECT ` + keyColumns + `
-FROM idempotency_keys k JOIN charges c ON c.id = k.charge_id
+` + keysFrom + `
 WHERE k.rowid = ?1`
 
 	sqlKeyDelete = `DELETE FROM idempotency_keys WHERE merchant_id = ?1 AND key = ?2 AND state = 'completed'`
@@ -137,10 +143,13 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 		&responseStatus, &responseBody, &createdAt, &expiresAt, &expiresIn, &gone,
 	}
 	var c chargeRow
+	var rf refundRow
 	dest = append(dest, c.dest()...)
+	dest = append(dest, rf.nullDest()...)
 	if err := r.Scan(dest...); err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
+	rec.Refund = rf.refundOrNil()
 	rec.State = chargeonce.KeyState(state)
 	rec.LeaseUntil = fromMicros(leaseUntil)
 	rec.LeaseRemaining = time.Duration(remainingMicros) * time.Microsecond
@@ -292,6 +301,9 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 // keyCompleteTx is KeyComplete's work inside tx: the one completion that
 // attempts, recovery and operators' resolutions (ChargeResolve) share.
 func keyCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.KeyCompleteParams) error {
+	if p.Kind == chargeonce.KindRefund {
+		return refundCompleteTx(ctx, tx, q, p)
+	}
 	var chargeID string
 	err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
 		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),

@@ -237,6 +237,10 @@ type queries struct {
 	keysClaimable    *sql.Stmt
 	keyClaimRowid    *sql.Stmt
 	keysDeleteExpire *sql.Stmt
+	// refunds (refunds.go)
+	refundAdd      *sql.Stmt
+	refundInsert   *sql.Stmt
+	refundComplete *sql.Stmt
 	// reads
 	keySelectR     *sql.Stmt
 	keysStuck      *sql.Stmt
@@ -251,6 +255,7 @@ func (q *queries) close() error {
 		q.keyComplete, q.chargeComplete, q.keyRelease, q.chargeDelete,
 		q.keyLeaseSet, q.keyClaim, q.keysClaimable, q.keyClaimRowid,
 		q.keysDeleteExpire, q.keySelectR, q.keysStuck, q.chargeGet, q.chargesByOrder,
+		q.refundAdd, q.refundInsert, q.refundComplete,
 	} {
 		if st != nil {
 			errs = append(errs, st.Close())
@@ -300,6 +305,9 @@ func (s *Store) prepared(ctx context.Context) (*queries, error) {
 	prep(s.wdb, &q.keysClaimable, sqlKeysClaimable)
 	prep(s.wdb, &q.keyClaimRowid, sqlKeyClaimRowid)
 	prep(s.wdb, &q.keysDeleteExpire, sqlKeysDeleteExpired)
+	prep(s.wdb, &q.refundAdd, sqlRefundAdd)
+	prep(s.wdb, &q.refundInsert, sqlRefundInsert)
+	prep(s.wdb, &q.refundComplete, sqlRefundComplete)
 	prep(s.rdb, &q.keySelectR, sqlKeySelect)
 	prep(s.rdb, &q.keysStuck, sqlKeysStuck)
 	prep(s.rdb, &q.chargeGet, sqlChargeGet)

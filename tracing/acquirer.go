@@ -21,7 +21,42 @@ func (t *Tracing) Acquirer(a chargeonce.Acquirer) chargeonce.Acquirer {
 	if t == nil {
 		return a
 	}
-	return &tracedAcquirer{next: a, tracer: t.tracer}
+	ta := &tracedAcquirer{next: a, tracer: t.tracer}
+	if r, ok := a.(chargeonce.Refunder); ok {
+		// An acquirer that refunds still does once traced.
+		return &tracedRefunder{tracedAcquirer: ta, refunder: r}
+	}
+	return ta
+}
+
+// tracedRefunder traces a Refunder's refunds and their lookups too.
+type tracedRefunder struct {
+	*tracedAcquirer
+	refunder chargeonce.Refunder
+}
+
+func (a *tracedRefunder) Refund(ctx context.Context, req chargeonce.RefundCall) (chargeonce.RefundResult, error) {
+	ctx, span := a.tracer.Start(ctx, "acquirer.Refund", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(AttrReference.String(req.Reference), AttrMerchant.String(req.Merchant)))
+	defer span.End()
+	res, err := a.refunder.Refund(ctx, req)
+	if err != nil {
+		span.RecordError(err)
+	} else {
+		span.SetAttributes(AttrStatus.String(string(res.Status)))
+	}
+	return res, err
+}
+
+func (a *tracedRefunder) RefundLookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	ctx, span := a.tracer.Start(ctx, "acquirer.RefundLookup", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(AttrReference.String(req.Reference)))
+	defer span.End()
+	res, err := a.refunder.RefundLookup(ctx, req)
+	if err != nil {
+		span.RecordError(err)
+	}
+	return res, err
 }
 
 type tracedAcquirer struct {

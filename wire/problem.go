@@ -33,6 +33,9 @@ var problems = map[string]ProblemInfo{
 	chargeonce.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
 	chargeonce.EOVERLOADED:   {http.StatusServiceUnavailable, "Overloaded"},
 	chargeonce.ERATELIMITED:  {http.StatusTooManyRequests, "Rate limited"},
+	// Refunds: final answers about the charge's state, nothing kept.
+	chargeonce.ENOTREFUNDABLE: {http.StatusBadRequest, "Charge not refundable"},
+	chargeonce.EREFUNDEXCEEDS: {http.StatusBadRequest, "Refund exceeds captured amount"},
 	// The operators' API (package admin).
 	chargeonce.ENOTPROCESSING: {http.StatusConflict, "Charge not processing"},
 	chargeonce.EDISAGREES:     {http.StatusConflict, "Acquirer disagrees"},

@@ -78,3 +78,13 @@ func TestStripe(t *testing.T) {
 	t.Parallel()
 	acquirertest.Run(t, func(t *testing.T) acquirertest.Harness { return stripeHarness(t, nil) })
 }
+
+func TestSimulatorRefunds(t *testing.T) {
+	t.Parallel()
+	acquirertest.RunRefunds(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, false) })
+}
+
+func TestHTTPClientRefunds(t *testing.T) {
+	t.Parallel()
+	acquirertest.RunRefunds(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, true) })
+}

@@ -1,0 +1,138 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/wire"
+)
+
+// routeRefunds adds the refunds' routes (SPEC "Money going back").
+func (s *Server) routeRefunds() {
+	s.mux.HandleFunc("POST /v1/charges/{id}/refunds", s.handleCreateRefund)
+	s.mux.HandleFunc("/v1/charges/{id}/refunds", s.methodNotAllowed)
+	s.mux.HandleFunc("GET /v1/refunds", s.handleListRefunds)
+	s.mux.HandleFunc("GET /v1/refunds/{id}", s.handleGetRefund)
+	s.mux.HandleFunc("/v1/refunds", s.methodNotAllowed)
+	s.mux.HandleFunc("/v1/refunds/{id}", s.methodNotAllowed)
+}
+
+// handleCreateRefund runs one attempt of a refund through the engine, with
+// the charge protocol: Idempotency-Key required, 409 in flight, 422 on key
+// reuse, the stored answer replayed byte for byte.
+func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	chargeID := r.PathValue("id")
+	if !plausibleChargeID(chargeID) {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no charge has that id: ids are visible ASCII"))
+		return
+	}
+	key, err := idempotency.ParseKey(r.Header.Values("Idempotency-Key"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req chargeonce.RefundRequest
+	if len(body) > 0 {
+		// An empty body refunds what remains, as {} does.
+		if err := wire.Decode(body, &req); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if err := req.Normalize(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp, err := s.engine.Refund(r.Context(), merchant.ID, chargeID, key, &req)
+	s.writeAttempt(w, r, resp, err)
+}
+
+func (s *Server) handleGetRefund(w http.ResponseWriter, r *http.Request) {
+	s.getOne(w, r, "refund", func(ctx context.Context, merchantID, id string) ([]byte, error) {
+		rf, err := s.store.RefundGet(ctx, merchantID, id)
+		return engine.EncodeRefund(&rf), err
+	})
+}
+
+// handleListRefunds answers one page of the merchant's refunds, newest
+// first, optionally of one charge:
+//
+//	{"object":"list","data":[…],"has_more":true,"url":"/v1/refunds"}
+func (s *Server) handleListRefunds(w http.ResponseWriter, r *http.Request) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p, err := parseRefundsQuery(r.URL.RawQuery)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p.MerchantID = merchant.ID
+	page, err := s.store.RefundsList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b := append(make([]byte, 0, 96+256*len(page.Refunds)), `{"object":"list","data":[`...)
+	for i := range page.Refunds {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, engine.EncodeRefund(&page.Refunds[i])...)
+	}
+	b = append(b, `],"has_more":`...)
+	b = strconv.AppendBool(b, page.HasMore)
+	b = append(b, `,"url":"/v1/refunds"}`...)
+	writeJSON(w, http.StatusOK, b)
+}
+
+// parseRefundsQuery reads GET /v1/refunds' query strictly: limit,
+// starting_after and charge_id, each at most once and not empty.
+func parseRefundsQuery(raw string) (chargeonce.RefundsListParams, error) {
+	p := chargeonce.RefundsListParams{Limit: chargeonce.RefundsListDefaultLimit}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return p, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err)
+	}
+	for name, vs := range q {
+		switch {
+		case name != "limit" && name != "starting_after" && name != "charge_id":
+			field := name
+			if !chargeonce.ValidText(field) || len(field) > 64 {
+				field = "query"
+			}
+			return p, chargeonce.FieldError(field, "unknown query parameter %q; GET /v1/refunds takes limit, starting_after and charge_id", name)
+		case len(vs) > 1:
+			return p, chargeonce.FieldError(name, "%s is given %d times; give it once", name, len(vs))
+		case vs[0] == "":
+			return p, chargeonce.FieldError(name, "%s is empty; give a value or leave it out", name)
+		}
+	}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > chargeonce.RefundsListMaxLimit {
+			return p, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", chargeonce.RefundsListMaxLimit)
+		}
+		p.Limit = n
+	}
+	p.ChargeID = q.Get("charge_id")
+	p.StartingAfter = q.Get("starting_after")
+	return p, nil
+}

@@ -1,0 +1,311 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// refundColumns are a refund's columns (r: a refunds row, or NULLs when
+// the record is a charge's), read before recordColumns by scanAnyRecord.
+// The age is the refund's, by the database's clock.
+const refundColumns = `
+	r.id, r.merchant_id, r.idempotency_key, r.charge_id, r.amount_cents, r.currency,
+	r.reason, r.metadata, r.status, r.failure_reason, r.created_at,
+	GREATEST(0, (EXTRACT(EPOCH FROM now() - r.created_at) * 1000000)::bigint)`
+
+// anyRecordFrom joins records (k) of either kind to what they guard: a
+// refund's record to its refund (r) and the refunded charge (c), a
+// charge's to its charge (c, r all NULL).
+const anyRecordFrom = `
+	LEFT JOIN refunds r ON r.id = k.charge_id
+	JOIN charges c ON c.id = COALESCE(r.charge_id, k.charge_id)`
+
+// anyRecordGetSQL reads a record of either kind.
+const anyRecordGetSQL = `
+SELECT ` + refundColumns + `, ` + recordColumns + `
+FROM idempotency_keys k` + anyRecordFrom + `
+WHERE k.merchant_id = $1 AND k.key = $2`
+
+// scanAnyRecord scans refundColumns then recordColumns, optionally
+// preceded by extra columns.
+func scanAnyRecord(row pgx.Row, extra ...any) (chargeonce.KeyRecord, bool, error) {
+	var (
+		id, merchant, key, chargeID, currency, reason, status *string
+		amount, age                                           *int64
+		metadata, failure                                     *string
+		created                                               *time.Time
+	)
+	extra = append(extra, &id, &merchant, &key, &chargeID, &amount, &currency,
+		&reason, &metadata, &status, &failure, &created, &age)
+	rec, expired, err := scanRecord(row, extra...)
+	if err != nil || id == nil {
+		return rec, expired, err
+	}
+	rf := &chargeonce.Refund{
+		ID: *id, MerchantID: *merchant, IdempotencyKey: *key, ChargeID: *chargeID,
+		AmountCents: *amount, Currency: *currency, Reason: *reason,
+		Status: chargeonce.RefundStatus(*status), CreatedAt: *created,
+	}
+	if failure != nil {
+		rf.FailureReason = *failure
+	}
+	if rf.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	rec.Refund = rf
+	rec.Age = time.Duration(*age) * time.Microsecond
+	return rec, expired, nil
+}
+
+// refundInsertSQL inserts a refund's record and its pending refund, and
+// adds the refund's amount to the charge's refunded_cents, in one
+// statement, first: the record commits before the acquirer is called.
+//
+// The charge's row lock, taken by the UPDATE, serializes concurrent
+// refunds of one charge; the UPDATE re-reads the row as the previous
+// refund committed it, and charges_refunded_cents_check refuses a sum past
+// the captured amount, which aborts the whole statement (nothing written).
+// No refund is inserted for a charge that is not captured (cap is empty),
+// and none when the key is taken: the second branch then reads the record
+// that holds it (of either kind), as keyInsertSQL does.
+//
+// $8 = 0 refunds what remained when the statement's snapshot was taken; a
+// refund committed since makes the sum exceed, and the attempt is told
+// what remains now.
+const refundInsertSQL = `
+WITH cap AS (
+	SELECT id, currency, amount_cents - refunded_cents AS remaining
+	FROM charges WHERE merchant_id = $1 AND id = $7 AND status = 'captured'
+), k AS (
+	INSERT INTO idempotency_keys
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
+	SELECT $1, $2, $3, $4, 'processing', now() + $5::interval, $6 FROM cap
+	ON CONFLICT (merchant_id, key) DO NOTHING
+	RETURNING *
+), u AS (
+	UPDATE charges
+	SET refunded_cents = charges.refunded_cents + CASE WHEN $8::bigint = 0 THEN cap.remaining ELSE $8::bigint END
+	FROM k, cap WHERE charges.id = cap.id
+	RETURNING charges.id
+), r AS (
+	INSERT INTO refunds
+		(id, merchant_id, idempotency_key, charge_id, amount_cents, currency, reason, metadata, status)
+	SELECT $6, $1, $2, $7, CASE WHEN $8::bigint = 0 THEN cap.remaining ELSE $8::bigint END,
+		cap.currency, $9, $10, 'pending'
+	FROM k, cap
+	RETURNING *
+)
+SELECT true, ` + refundColumns + `, ` + recordColumns + `
+FROM k JOIN r ON r.id = k.charge_id JOIN charges c ON c.id = r.charge_id
+UNION ALL
+SELECT false, ` + refundColumns + `, ` + recordColumns + `
+FROM idempotency_keys k` + anyRecordFrom + `
+WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+
+// RefundInsert writes the refund first and lets the database refuse: see
+// refundInsertSQL and chargeonce.Refunds.
+func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParams) (chargeonce.KeyRecord, bool, error) {
+	if err := p.CheckText(); err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	rf := p.Refund
+	for range keyInsertAttempts {
+		var inserted bool
+		rec, expired, err := scanAnyRecord(s.pool.QueryRow(ctx, refundInsertSQL,
+			rf.MerchantID, rf.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, rf.ID,
+			rf.ChargeID, rf.AmountCents, rf.Reason, chargeonce.MetadataText(rf.Metadata),
+		), &inserted)
+		if isCheckViolation(err) {
+			return chargeonce.KeyRecord{}, false, s.refundRefused(ctx, rf)
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			// No record inserted nor seen: the charge is not refundable,
+			// or the key is held by a record this snapshot cannot see.
+			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, rf.MerchantID, rf.IdempotencyKey))
+			if errors.Is(err, pgx.ErrNoRows) {
+				if err := s.refundable(ctx, rf.MerchantID, rf.ChargeID); err != nil {
+					return chargeonce.KeyRecord{}, false, err
+				}
+				continue
+			}
+			inserted = err == nil && rec.Token == p.Token
+		}
+		if err != nil {
+			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting refund: %w", translate(err))
+		}
+		if inserted {
+			return rec, true, nil
+		}
+		if expired && rec.State == chargeonce.KeyCompleted {
+			if err := s.deleteExpiredKey(ctx, rf.MerchantID, rf.IdempotencyKey); err != nil {
+				return chargeonce.KeyRecord{}, false, err
+			}
+			continue
+		}
+		return rec, false, nil
+	}
+	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting refund: the existing record kept disappearing; gave up after %d attempts", keyInsertAttempts)
+}
+
+func (s *Store) deleteExpiredKey(ctx context.Context, merchantID, key string) error {
+	if _, err := s.pool.Exec(ctx, `
+		DELETE FROM idempotency_keys
+		WHERE merchant_id = $1 AND key = $2 AND state = 'completed' AND expires_at <= now()`,
+		merchantID, key); err != nil {
+		return fmt.Errorf("deleting expired idempotency key: %w", translate(err))
+	}
+	return nil
+}
+
+// isCheckViolation reports a CHECK constraint refusing a refund: the sum
+// past the captured amount, or nothing left to refund.
+func isCheckViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514"
+}
+
+// refundRefused builds the answer to a refund the database refused:
+// EREFUNDEXCEEDS naming what remains now.
+func (s *Store) refundRefused(ctx context.Context, rf chargeonce.Refund) error {
+	var remaining int64
+	var currency, status string
+	err := s.pool.QueryRow(ctx, `SELECT amount_cents - refunded_cents, currency, status FROM charges WHERE merchant_id = $1 AND id = $2`,
+		rf.MerchantID, rf.ChargeID).Scan(&remaining, &currency, &status)
+	if err != nil {
+		return fmt.Errorf("reading the refunded charge: %w", translate(err))
+	}
+	return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, remaining, currency)
+}
+
+// refundable returns ENOTFOUND or ENOTREFUNDABLE for a charge no refund
+// can be inserted for, and nil for a captured one.
+func (s *Store) refundable(ctx context.Context, merchantID, chargeID string) error {
+	ch, err := s.ChargeGet(ctx, merchantID, chargeID)
+	if err != nil {
+		return err
+	}
+	if ch.Status != chargeonce.StatusCaptured {
+		return chargeonce.NotRefundable(ch.ID, ch.Status)
+	}
+	return nil
+}
+
+// refundCompleteSQL settles a refund's record as a compare-and-set on the
+// owner's token, like keyCompleteSQL: the record completes (expiring $8
+// from now), the refund takes its final status, and a failed or canceled
+// refund gives its amount back to what the charge may still refund, all
+// in one statement.
+const refundCompleteSQL = keyCompleteCTE + `, r AS (
+	UPDATE refunds
+	SET status = $6, failure_reason = NULLIF($7, ''), updated_at = now()
+	FROM k WHERE refunds.id = k.charge_id AND refunds.status = 'pending'
+	RETURNING refunds.charge_id, refunds.amount_cents
+), c AS (
+	UPDATE charges SET refunded_cents = charges.refunded_cents - r.amount_cents
+	FROM r WHERE charges.id = r.charge_id AND $6 IN ('failed', 'canceled')
+)
+SELECT count(*) FROM k`
+
+func (s *Store) refundComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
+	if !p.RefundStatus.Final() {
+		return chargeonce.Errorf(chargeonce.EINVALID, "a refund completes succeeded, failed or canceled, not %q", p.RefundStatus)
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, refundCompleteSQL,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.RefundStatus), p.FailureReason, p.TTL,
+	).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("completing refund: %w", translate(err))
+	}
+	if n == 0 {
+		return staleErr(p.Key)
+	}
+	return nil
+}
+
+const refundSelect = `SELECT r.id, r.merchant_id, r.idempotency_key, r.charge_id, r.amount_cents, r.currency,
+	r.reason, r.metadata, r.status, r.failure_reason, r.created_at FROM refunds r`
+
+func scanRefund(row pgx.Row) (chargeonce.Refund, error) {
+	var (
+		rf       chargeonce.Refund
+		status   string
+		metadata *string
+		failure  *string
+	)
+	if err := row.Scan(&rf.ID, &rf.MerchantID, &rf.IdempotencyKey, &rf.ChargeID, &rf.AmountCents, &rf.Currency,
+		&rf.Reason, &metadata, &status, &failure, &rf.CreatedAt); err != nil {
+		return chargeonce.Refund{}, err
+	}
+	rf.Status = chargeonce.RefundStatus(status)
+	if failure != nil {
+		rf.FailureReason = *failure
+	}
+	var err error
+	rf.Metadata, err = chargeonce.ParseMetadataText(metadata)
+	return rf, err
+}
+
+// RefundGet returns the merchant's refund; another merchant's is ENOTFOUND.
+func (s *Store) RefundGet(ctx context.Context, merchantID, id string) (chargeonce.Refund, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.Refund{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "refund %q not found", id)
+	}
+	rf, err := scanRefund(s.pool.QueryRow(ctx, refundSelect+` WHERE r.merchant_id = $1 AND r.id = $2`, merchantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.Refund{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "refund %q not found", id)
+	}
+	if err != nil {
+		return chargeonce.Refund{}, fmt.Errorf("reading refund: %w", translate(err))
+	}
+	return rf, nil
+}
+
+// RefundsList reads one page of the merchant's refunds, newest first, as
+// a keyset range on one of the refunds indexes with a LIMIT.
+func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams) (chargeonce.RefundsPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.RefundsPage{}, err
+	}
+	if !chargeonce.ValidText(p.MerchantID) || !chargeonce.ValidText(p.ChargeID) || !chargeonce.ValidText(p.StartingAfter) {
+		return chargeonce.RefundsPage{Refunds: []chargeonce.Refund{}}, nil
+	}
+	var (
+		afterAt time.Time
+		afterID string
+	)
+	if p.StartingAfter != "" {
+		err := s.pool.QueryRow(ctx, `SELECT created_at, id FROM refunds WHERE merchant_id = $1 AND id = $2`,
+			p.MerchantID, p.StartingAfter).Scan(&afterAt, &afterID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return chargeonce.RefundsPage{}, chargeonce.FieldError("starting_after", "starting_after %q is not one of this merchant's refunds", p.StartingAfter)
+		}
+		if err != nil {
+			return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
+		}
+	}
+	rows, err := s.pool.Query(ctx, refundSelect+`
+WHERE r.merchant_id = $1 AND ($2 = '' OR r.charge_id = $2)
+	AND ($3 = '' OR (r.created_at, r.id) < ($4, $3))
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT $5`, p.MerchantID, p.ChargeID, afterID, afterAt, p.Limit+1)
+	if err != nil {
+		return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
+	}
+	page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (chargeonce.Refund, error) { return scanRefund(row) })
+	if err != nil {
+		return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
+	}
+	out := chargeonce.RefundsPage{Refunds: page}
+	if len(page) > p.Limit {
+		out.Refunds, out.HasMore = page[:p.Limit], true
+	}
+	return out, nil
+}
