@@ -58,3 +58,10 @@ CHAOS_OUT ?= chaos-out
 chaos: ## the nemesis suite for CHAOS_TIME (default 5m), seed printed; history in CHAOS_OUT (docs/testing.md)
 	CHAOS_TIME=$(CHAOS_TIME) CHAOS_SEED=$(CHAOS_SEED) CHAOS_OUT=$(abspath $(CHAOS_OUT)) \
 	  go test -count=1 -timeout 0 -v -run '^TestChaos$$' ./chaos/
+
+# How long `make chaos-ha` runs (the seed is CHAOS_SEED, printed).
+CHAOS_HA_TIME ?= 10m
+
+chaos-ha: ## the HA nemesis on Patroni and etcd for CHAOS_HA_TIME (default 10m); failover times logged (docs/ha.md)
+	CHAOS_HA_TIME=$(CHAOS_HA_TIME) CHAOS_SEED=$(CHAOS_SEED) CHAOS_OUT=$(abspath $(CHAOS_OUT)) \
+	  go test -count=1 -timeout 0 -v -run '^TestChaosHA$$' ./chaos/
