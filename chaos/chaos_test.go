@@ -84,7 +84,7 @@ type config struct {
 	tags     string         // build tags of the binary under test
 	pair     bool           // a primary with a synchronous standby, failed over once
 	ha       bool           // Patroni on etcd, under the HA nemesis (ha_test.go)
-	haKinds  []string       // with ha: the HA faults to inject in this order; random ones when empty
+	haKinds  []string       // with ha: the HA faults to inject in this order; rounds of every kind in random orders when empty
 	weights  map[string]int // the nemesis's fault weights that differ from faultWeights
 }
 
@@ -125,7 +125,9 @@ func runChaos(t *testing.T, cfg config) *report {
 	}
 	defer w.results.stop()
 
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.duration)
+	// The clients run until the nemesis is done: cfg.duration, or on the HA
+	// cluster until the last of its listed faults is over.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range clients {
@@ -139,6 +141,7 @@ func runChaos(t *testing.T, cfg config) *report {
 		nem.haKinds, nem.haRandom = cfg.haKinds, len(cfg.haKinds) == 0
 	}
 	nem.run(time.Now().Add(cfg.duration))
+	cancel()
 	wg.Wait() // every client finishes the intent it was running
 	end := h.now()
 

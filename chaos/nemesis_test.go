@@ -44,7 +44,7 @@ type nemesis struct {
 	// The HA nemesis (ha_test.go): one fault on the Patroni cluster at a
 	// time, the next once the cluster is healthy again.
 	haKinds  []string // the faults to come, in order
-	haRandom bool     // draw each next fault at random (long runs)
+	haRandom bool     // after haKinds, rounds of every kind in random orders (long runs)
 	haCur    *haFault
 	haNext   time.Time
 }
@@ -63,7 +63,7 @@ func (n *nemesis) between(lo, hi time.Duration) time.Duration {
 
 // run injects faults until until, then heals everything.
 func (n *nemesis) run(until time.Time) {
-	for time.Now().Before(until) {
+	for time.Now().Before(until) || n.haListed(until) {
 		next := time.Now().Add(n.between(300*time.Millisecond, 1500*time.Millisecond))
 		for time.Now().Before(next) {
 			n.healDue(false)
