@@ -170,13 +170,20 @@ func startLink(t *testing.T, tox *toxiproxy.ApiServer, name, kind, upstream stri
 func newHADB(t *testing.T, tox *toxiproxy.ApiServer) *haDB {
 	t.Helper()
 	requireHA(t)
+	owner := pgCredential(t)
+	reapAbandoned(owner)
 	// Not t.TempDir: its parents are root's alone, and PostgreSQL runs as
-	// postgres.
-	dir, err := os.MkdirTemp("", "chargeonce-ha-")
+	// postgres. In memory where there is /dev/shm: etcd fsyncs its log on
+	// every write, and on a disk shared with other test runs one fsync was
+	// seen taking 35 s, stalling the cluster for minutes.
+	dir, err := os.MkdirTemp(haTempDir(), "chargeonce-ha-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := &haDB{t: t, dir: dir, owner: pgCredential(t)}
+	if err := os.WriteFile(filepath.Join(dir, "test.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := &haDB{t: t, dir: dir, owner: owner}
 	t.Cleanup(db.stop)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -204,6 +211,13 @@ func newHADB(t *testing.T, tox *toxiproxy.ApiServer) *haDB {
 			t.Fatal(err)
 		}
 		db.etcd = append(db.etcd, p)
+	}
+	// Patroni 3.0.2 dies on an etcd whose cluster version is still
+	// "not_decided" (before the first election): wait for every member.
+	for _, port := range clientPorts {
+		if err := waitEtcd(port, haStartTimeout); err != nil {
+			t.Fatalf("etcd: %v\n%s", err, db.logs())
+		}
 	}
 
 	for i := range haNodes {
@@ -261,7 +275,69 @@ func newHADB(t *testing.T, tox *toxiproxy.ApiServer) *haDB {
 	return db
 }
 
-// patroniConfig is node n's patroni.yml. synchronous_mode_strict: a commit
+// haTempDir is where the cluster's directory goes: /dev/shm when it is a
+// writable directory, else the usual temporary directory.
+func haTempDir() string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() && syscall.Access("/dev/shm", 2) == nil {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
+// reapAbandoned stops the PostgreSQL servers of HA clusters whose test
+// process is gone, and removes their directories. Patroni and etcd die with
+// the test process (Pdeathsig), but the postmasters Patroni started do not:
+// a test binary killed by its -timeout would otherwise leave them running.
+func reapAbandoned(owner *syscall.Credential) {
+	dirs, _ := filepath.Glob(filepath.Join(haTempDir(), "chargeonce-ha-*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "test.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || syscall.Kill(pid, 0) == nil {
+			continue // its test is still running
+		}
+		datas, _ := filepath.Glob(filepath.Join(dir, "pg*", "data"))
+		for _, data := range datas {
+			cmd := exec.Command(filepath.Join(haBinDir, "pg_ctl"), "stop", "-m", "immediate", "-D", data)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: owner}
+			_ = cmd.Run()
+		}
+		os.RemoveAll(dir)
+	}
+}
+
+// waitEtcd waits until the etcd member on port answers /version with a
+// decided cluster version.
+func waitEtcd(port int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	last := ""
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/version", port)) //nolint:noctx // a local probe with a deadline loop
+		if err == nil {
+			var v struct {
+				Cluster string `json:"etcdcluster"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err == nil && v.Cluster != "" && v.Cluster != "not_decided" {
+				return nil
+			}
+			last = "cluster version " + v.Cluster
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("the member on port %d was not ready within %s (%s)", port, d, last)
+}
+
+// patroniConfig is node n's patroni.yml. use_proxies: Patroni talks to
+// etcd through the hosts listed (the node's links) and never to the member
+// addresses etcd advertises, which would bypass a partition.
+// synchronous_mode_strict: a commit
 // is acknowledged only once a standby has it, and with no synchronous
 // standby left writes wait rather than go on alone (docs/ha.md says why).
 func patroniConfig(n *haNode) string {
@@ -277,6 +353,7 @@ restapi:
   connect_address: %[2]s
 etcd3:
   hosts: [%[3]s]
+  use_proxies: true
 bootstrap:
   dcs:
     ttl: %[7]d
@@ -659,6 +736,7 @@ func (n *nemesis) haStep() {
 		switch {
 		case err == nil && s.healthy() && db.probe.wroteSince(cur.healed):
 			n.faults[cur.i].End = n.h.now()
+			n.faults[cur.i].Target += ", then primary " + s.leader
 			n.haCur = nil
 			n.haNext = time.Now().Add(n.between(time.Second, 3*time.Second))
 		case time.Now().After(cur.deadline):
