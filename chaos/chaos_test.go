@@ -83,6 +83,8 @@ type config struct {
 	duration time.Duration
 	tags     string         // build tags of the binary under test
 	pair     bool           // a primary with a synchronous standby, failed over once
+	ha       bool           // Patroni on etcd, under the HA nemesis (ha_test.go)
+	haKinds  []string       // with ha: the HA faults to inject in this order; rounds of every kind in random orders when empty
 	weights  map[string]int // the nemesis's fault weights that differ from faultWeights
 }
 
@@ -94,6 +96,10 @@ type report struct {
 	ops       map[string]int // by via/outcome
 	faults    map[string]int
 	anomalies []anomaly
+	// With ha: the HA faults, and the write-unavailability each caused
+	// (ha_test.go); when each HTTP 500 was answered.
+	ha   []haWindow
+	five []time.Time
 }
 
 // runChaos runs the system under the nemesis for cfg.duration, heals it,
@@ -102,7 +108,7 @@ type report struct {
 func runChaos(t *testing.T, cfg config) *report {
 	t.Helper()
 	bin := binary(t, cfg.tags)
-	c := newCluster(t, bin, cfg.pair)
+	c := newCluster(t, bin, cfg.pair, cfg.ha)
 	h := newHistory()
 
 	js := natstest.JetStream(t, c.nats.URL)
@@ -119,7 +125,9 @@ func runChaos(t *testing.T, cfg config) *report {
 	}
 	defer w.results.stop()
 
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.duration)
+	// The clients run until the nemesis is done: cfg.duration, or on the HA
+	// cluster until the last of its listed faults is over.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range clients {
@@ -129,7 +137,11 @@ func runChaos(t *testing.T, cfg config) *report {
 	if cfg.pair {
 		nem.failAt = time.Now().Add(cfg.duration * 2 / 5)
 	}
+	if cfg.ha {
+		nem.haKinds, nem.haRandom = cfg.haKinds, len(cfg.haKinds) == 0
+	}
 	nem.run(time.Now().Add(cfg.duration))
+	cancel()
 	wg.Wait() // every client finishes the intent it was running
 	end := h.now()
 
@@ -151,7 +163,10 @@ func runChaos(t *testing.T, cfg config) *report {
 		}
 	}
 	for _, in := range w.all() {
-		if answered[in.ID] {
+		// On the HA cluster every answered intent is asked once more, after
+		// the failovers: an acknowledged charge the new primary lacks would
+		// answer differently, or capture again.
+		if answered[in.ID] && !cfg.ha {
 			continue
 		}
 		sem <- struct{}{}
@@ -190,6 +205,10 @@ func runChaos(t *testing.T, cfg config) *report {
 		}
 	}
 	r.dir = outputDir(t, cfg.seed)
+	if c.ha != nil {
+		r.ha = haWindows(h, c.ha.probe, nem.faults)
+		r.five = w.fiveHundreds()
+	}
 	r.anomalies = check(w.all(), recs, nem.faults, r.dir)
 	writeHistory(t, r, w.all(), recs, nem.faults)
 	for _, e := range nem.errs {

@@ -66,11 +66,24 @@ type workload struct {
 	mu      sync.Mutex
 	intents []*intent
 	byKey   map[string]int
+	five    []time.Time // when an HTTP 500 was answered
 
 	hc      *http.Client
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	results *results
+}
+
+func (w *workload) note500() {
+	w.mu.Lock()
+	w.five = append(w.five, time.Now())
+	w.mu.Unlock()
+}
+
+func (w *workload) fiveHundreds() []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Time(nil), w.five...)
 }
 
 func (w *workload) newIntent(rng *rand.Rand) *intent {
@@ -167,6 +180,9 @@ func (w *workload) httpCall(client int, in *intent, variant int8) {
 		case status == 422:
 			rec.Out = output{Kind: outReused, Status: status, Body: string(b)}
 		case status == 202 || status == 408 || status == 409 || status == 429 || status >= 500:
+			if status == http.StatusInternalServerError {
+				w.note500()
+			}
 			rec.LastStatus = strconv.Itoa(status) + " " + abbreviate(string(b))
 			if s, err := strconv.Atoi(hdr.Get("Retry-After")); err == nil {
 				retryAfter = time.Duration(s) * time.Second

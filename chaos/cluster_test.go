@@ -63,6 +63,7 @@ type cluster struct {
 
 	pg      *pgtest.Server // the primary (nil with a pair until failover matters)
 	pair    *pgtest.Pair   // set for long runs: a primary with a synchronous standby
+	ha      *haDB          // set for the high-availability runs: Patroni on etcd (ha_test.go)
 	nats    *natstest.Server
 	tox     *toxiproxy.ApiServer
 	links   []*link
@@ -75,21 +76,28 @@ type cluster struct {
 }
 
 // newCluster starts everything. With pair the database is a primary with a
-// synchronous standby, and the instances name both (a failover needs it).
-func newCluster(t *testing.T, bin string, pair bool) *cluster {
+// synchronous standby, and the instances name both (a failover needs it);
+// with ha it is a Patroni cluster of three nodes, all named.
+func newCluster(t *testing.T, bin string, pair, ha bool) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir(), bin: bin}
+	c.tox = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	var hosts []string // the servers the instances reach, through links
-	if pair {
+	switch {
+	case ha:
+		c.ha = newHADB(t, c.tox)
+		for _, n := range c.ha.nodes {
+			hosts = append(hosts, n.pgAddr)
+		}
+	case pair:
 		c.pair = pgtest.NewPair(t)
 		c.pg = c.pair.Primary
 		hosts = []string{c.pair.Standby.Host(), c.pair.Primary.Host()}
-	} else {
+	default:
 		c.pg = pgtest.NewServer(t)
 		hosts = []string{c.pg.Host()}
 	}
 	c.nats = natstest.Start(t)
-	c.tox = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	t.Cleanup(func() {
 		for _, l := range c.links {
 			l.mu.Lock()
@@ -105,13 +113,16 @@ func newCluster(t *testing.T, bin string, pair bool) *cluster {
 		var via []string
 		for i, h := range hosts {
 			role := "postgres"
-			if pair {
+			switch {
+			case ha:
+				role = c.ha.nodes[i].name
+			case pair:
 				role = []string{"standby", "primary"}[i]
 			}
 			via = append(via, c.newLink(name+"->"+role, "postgres", h).addr)
 		}
 		u := "postgres://postgres@" + strings.Join(via, ",") + "/postgres?sslmode=disable&pool_max_conns=6&application_name=" + name
-		if pair {
+		if pair || ha {
 			u += "&target_session_attrs=read-write"
 		}
 		return u
@@ -209,11 +220,16 @@ func (c *cluster) httpBases() []string {
 
 // processing counts the records still processing, on the primary itself.
 func (c *cluster) processing(ctx context.Context) (int64, error) {
-	srv := c.pg
-	if c.failedOver {
-		srv = c.pair.Standby
+	var url string
+	switch {
+	case c.ha != nil:
+		url = c.ha.url()
+	case c.failedOver:
+		url = c.pair.Standby.URL()
+	default:
+		url = c.pg.URL()
 	}
-	conn, err := pgx.Connect(ctx, srv.URL())
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return 0, err
 	}

@@ -40,6 +40,13 @@ type nemesis struct {
 	pending []pending
 	pgDown  bool
 	errs    []string
+
+	// The HA nemesis (ha_test.go): one fault on the Patroni cluster at a
+	// time, the next once the cluster is healthy again.
+	haKinds  []string // the faults to come, in order
+	haRandom bool     // after haKinds, rounds of every kind in random orders (long runs)
+	haCur    *haFault
+	haNext   time.Time
 }
 
 var faultWeights = []struct {
@@ -56,13 +63,16 @@ func (n *nemesis) between(lo, hi time.Duration) time.Duration {
 
 // run injects faults until until, then heals everything.
 func (n *nemesis) run(until time.Time) {
-	for time.Now().Before(until) {
+	for time.Now().Before(until) || n.haListed(until) {
 		next := time.Now().Add(n.between(300*time.Millisecond, 1500*time.Millisecond))
 		for time.Now().Before(next) {
 			n.healDue(false)
 			time.Sleep(50 * time.Millisecond)
 		}
 		n.supervise()
+		if n.c.ha != nil {
+			n.haStep()
+		}
 		if n.failover && !n.failAt.IsZero() && time.Now().After(n.failAt) && !n.pgDown {
 			n.failAt = time.Time{}
 			n.failOver()
@@ -72,6 +82,9 @@ func (n *nemesis) run(until time.Time) {
 	}
 	n.healDue(true)
 	n.supervise()
+	if n.c.ha != nil {
+		n.haFinish()
+	}
 }
 
 // supervise restarts every instance that exited by itself, as systemd or
@@ -215,7 +228,7 @@ func (n *nemesis) inject() {
 		p.pause()
 		n.later(i, n.between(300*time.Millisecond, 3*time.Second), func() error { p.resume(); return nil })
 	case "pg-restart":
-		if n.pgDown {
+		if n.pgDown || n.c.pg == nil {
 			return
 		}
 		pg := n.c.pg

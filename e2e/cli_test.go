@@ -73,6 +73,20 @@ func TestCLIAgainstTheBuiltBinary(t *testing.T) {
 		noDoublePrefix(t, stderr)
 	})
 
+	t.Run("a bad flag: the error and where help is, exit 2; --version and -v", func(t *testing.T) {
+		t.Parallel()
+		_, stderr, status := run(t, "serve", "--no-such-flag")
+		if status != 2 || stderr != "chargeonce: flag provided but not defined: -no-such-flag\nRun 'chargeonce serve -h' for its flags.\n" {
+			t.Errorf("exit %d, stderr:\n%s", status, stderr)
+		}
+		for _, spelling := range []string{"version", "--version", "-v"} {
+			stdout, stderr, status := run(t, spelling)
+			if status != 0 || !strings.HasPrefix(stdout, "version ") {
+				t.Errorf("chargeonce %s: exit %d\n%s%s", spelling, status, stdout, stderr)
+			}
+		}
+	})
+
 	t.Run("help lists the command's own flags and their twins", func(t *testing.T) {
 		t.Parallel()
 		_, stderr, status := run(t, "reconcile", "--help")

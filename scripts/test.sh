@@ -6,6 +6,8 @@
 # first installs the Debian packages a fresh machine lacks:
 #   pgbouncer  the pooler tests (docs/pooler.md)
 #   chromium   the console's browser test (docs/operators.md)
+#   patroni    the high-availability tests (docs/ha.md), with
+#   etcd-server  their distributed configuration store
 # apt-get runs through sudo unless this runs as root. Extra arguments go to
 # go test (./scripts/test.sh -count=1 -v).
 set -euo pipefail
@@ -14,6 +16,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
 command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v patroni >/dev/null || [ -x /usr/bin/patroni ] || need+=(patroni)
+command -v etcd >/dev/null || [ -x /usr/bin/etcd ] || need+=(etcd-server)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "test.sh: installing what the tests need: ${need[*]}" >&2
 	if ! command -v apt-get >/dev/null; then

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,7 +27,7 @@ import (
 const (
 	DefaultDB           = "sqlite:chargeonce.db"
 	DefaultAddr         = "127.0.0.1:8080"
-	DefaultAcquirerAddr = "127.0.0.1:8081"
+	DefaultAcquirerAddr = "127.0.0.1:8082"
 	DefaultAcquirer     = "sim"
 	DefaultSlow         = 3 * time.Second
 	DefaultLogLevel     = "info"
@@ -75,16 +76,30 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 
 // parseFlags parses args, then fills every flag not given on the command
 // line from its CHARGEONCE_* environment twin. A bad value names the flag.
+//
+// A bad flag is a usage error of two lines: what was wrong, and where the
+// flag list is. The list itself (dozens of lines, on serve) is printed for
+// -h only, where it was asked for.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
 		return err
+	case err != nil:
+		return usageError(fmt.Sprintf("%v\nRun 'chargeonce %s -h' for its flags.", err, fs.Name()))
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return usageError(fmt.Sprintf("unexpected argument %q\nRun 'chargeonce %s -h' for its flags.", fs.Arg(0), fs.Name()))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
+	err = nil
 	fs.VisitAll(func(f *flag.Flag) {
 		if set[f.Name] || err != nil || noEnvTwin[f.Name] {
 			return
@@ -276,9 +291,20 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
+		opts.ReplaceAttr = durationAsString
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json; got %q", format)
+}
+
+// durationAsString writes a duration in a JSON log as the flags spell it
+// ("30s"): slog's JSON handler would write nanoseconds (30000000000). The
+// text handler already writes "30s".
+func durationAsString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // isLoopback reports whether addr (host:port) only listens on loopback.

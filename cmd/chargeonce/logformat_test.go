@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -94,4 +95,30 @@ func TestLogFormatFlag(t *testing.T) {
 			t.Errorf("--log-format %s wrote %q", format, b.String())
 		}
 	}
+}
+
+// A JSON log line writes a duration as Go spells it ("30s"), as the flags
+// take it, not as nanoseconds: 30000000000 is unreadable in a log pipeline.
+func TestJSONLogDurationsAreStrings(t *testing.T) {
+	t.Parallel()
+	var b apitest.Buffer
+	log, err := newLogger(&b, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hello", "lease", 30*time.Second, "group", slogGroupOfDurations())
+	var l map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(b.String())), &l); err != nil {
+		t.Fatalf("%q: %v", b.String(), err)
+	}
+	if l["lease"] != "30s" {
+		t.Errorf("lease logged as %#v, want \"30s\" (%s)", l["lease"], b.String())
+	}
+	if g, _ := l["group"].(map[string]any); g == nil || g["wait"] != "1.5ms" {
+		t.Errorf("a duration in a group logged as %#v, want \"1.5ms\" (%s)", l["group"], b.String())
+	}
+}
+
+func slogGroupOfDurations() slog.Value {
+	return slog.GroupValue(slog.Duration("wait", 1500*time.Microsecond))
 }

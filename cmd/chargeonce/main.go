@@ -9,6 +9,7 @@
 //	chargeonce worker     consumes charge requests from NATS JetStream
 //	chargeonce publish    sends one charge request to the queue, prints its result
 //	chargeonce resolve    settles a stuck charge as an operator decided (admin API)
+//	chargeonce version    prints the version (also --version, -v)
 //
 // Every flag has an environment twin: --key-ttl is CHARGEONCE_KEY_TTL.
 package main
@@ -99,13 +100,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		usage(stdout)
 		return nil
 	}
+	if args[0] == "-v" || args[0] == "-version" || args[0] == "--version" {
+		return runVersion(ctx, args[1:], stdout, stderr)
+	}
 	for _, c := range commands() {
 		if c.name == args[0] {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
-	usage(stderr)
-	return usageError(fmt.Sprintf("unknown command %q", args[0]))
+	return usageError(fmt.Sprintf("unknown command %q\nRun 'chargeonce help' for the commands.", args[0]))
 }
 
 func usage(w io.Writer) {
@@ -116,4 +119,5 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'chargeonce <command> -h' for its flags. Every flag has a CHARGEONCE_* environment twin.")
+	fmt.Fprintln(w, "'chargeonce --version' (or -v) is 'chargeonce version'.")
 }

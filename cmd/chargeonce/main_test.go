@@ -178,8 +178,9 @@ func TestMigrateAndReconcile(t *testing.T) {
 	}
 }
 
-// No command, or one that does not exist, is a usage error: the usage on
-// stderr and exit status 2. Asking for help is not an error.
+// No command is a usage error: the usage on stderr and exit status 2. One
+// that does not exist says so and where the list is (exit 2). Asking for
+// help is not an error.
 func TestUsage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -188,7 +189,7 @@ func TestUsage(t *testing.T) {
 		wantText string
 	}{
 		{nil, exitCodeError(2), "usage: chargeonce <command>"},
-		{[]string{"charg"}, usageError(`unknown command "charg"`), "usage: chargeonce <command>"},
+		{[]string{"charg"}, usageError("unknown command \"charg\"\nRun 'chargeonce help' for the commands."), ""},
 		{[]string{"help"}, nil, "usage: chargeonce <command>"},
 	} {
 		out, errOut, err := runMain(t, tc.args...)

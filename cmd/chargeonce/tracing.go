@@ -20,7 +20,7 @@ import (
 // not. stop exports the last spans; call it before the command returns.
 func startTracing(ctx context.Context, command string, log *slog.Logger) (tr *tracing.Tracing, stop func(), err error) {
 	bi, _ := debug.ReadBuildInfo()
-	tr, err = tracing.Setup(ctx, "chargeonce-"+command, readBuildInfo(version, bi).Version)
+	tr, err = tracing.Setup(ctx, "chargeonce-"+command, readBuildInfo(version, commit, bi).Version)
 	if err != nil {
 		return nil, nil, err
 	}

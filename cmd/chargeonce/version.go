@@ -11,14 +11,18 @@ import (
 	"github.com/chargeonce/chargeonce/sqlite"
 )
 
-// version is the release this binary was built as. A release build sets it:
+// version and commit are the release this binary was built as and the
+// commit it was built from. `make build` sets both from git: the version is
+// `git describe` of the newest annotated release tag (v0.4.0 on the tag
+// itself, v0.4.0-3-gabc1234 three commits after it, -dirty with uncommitted
+// changes), so a checkout of a release builds as that release:
 //
-//	go build -ldflags "-X main.version=v0.3.0" ./cmd/chargeonce
+//	go build -ldflags "-X main.version=v0.4.0 -X main.commit=$(git rev-parse HEAD)" ./cmd/chargeonce
 //
-// Otherwise it is taken from the module version the go command stamped into
-// the build (a tagged checkout builds as its tag), and is "dev" when there is
-// none.
-var version = "dev"
+// Without them the version is the module version the go command stamped
+// (`go install github.com/chargeonce/chargeonce/cmd/chargeonce@v0.4.0`),
+// else "dev", and the commit the one it stamped, else "unknown".
+var version, commit = "dev", ""
 
 // buildInfo is what `chargeonce version` prints.
 type buildInfo struct {
@@ -34,8 +38,11 @@ type buildInfo struct {
 
 // readBuildInfo combines the -ldflags version with what the go command
 // stamped into the binary (bi may be nil: no build information).
-func readBuildInfo(ldflagsVersion string, bi *debug.BuildInfo) buildInfo {
+func readBuildInfo(ldflagsVersion, ldflagsCommit string, bi *debug.BuildInfo) buildInfo {
 	info := buildInfo{Version: ldflagsVersion, Commit: "unknown", Go: goruntime.Version()}
+	if ldflagsCommit != "" {
+		info.Commit = ldflagsCommit
+	}
 	if bi == nil {
 		return info
 	}
@@ -52,7 +59,7 @@ func readBuildInfo(ldflagsVersion string, bi *debug.BuildInfo) buildInfo {
 			modified = s.Value == "true"
 		}
 	}
-	if revision != "" {
+	if revision != "" && ldflagsCommit == "" {
 		info.Commit = revision
 		if modified {
 			info.Commit += "-dirty"
@@ -70,7 +77,7 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	bi, _ := debug.ReadBuildInfo()
-	info := readBuildInfo(version, bi)
+	info := readBuildInfo(version, commit, bi)
 	var err error
 	if info.Postgres, err = postgres.SchemaVersion(); err != nil {
 		return fmt.Errorf("reading the postgres store's migrations: %w", err)

@@ -16,17 +16,19 @@ func TestReadBuildInfo(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		ldflags     string
+		ldCommit    string
 		bi          *debug.BuildInfo
 		wantVersion string
 		wantCommit  string
 	}{
-		{"no build information", "dev", nil, "dev", "unknown"},
-		{"go run: no module version, no vcs", "dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev", "unknown"},
-		{"a tagged checkout", "dev", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.0"}, Settings: vcs("abc123", "false")}, "v0.3.0", "abc123"},
-		{"uncommitted changes", "dev", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.1-0.20261204154300-abc123abc123+dirty"}, Settings: vcs("abc123", "true")}, "v0.3.1-0.20261204154300-abc123abc123+dirty", "abc123-dirty"},
-		{"-ldflags wins", "v1.2.3", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.0"}, Settings: vcs("abc123", "false")}, "v1.2.3", "abc123"},
+		{"no build information", "dev", "", nil, "dev", "unknown"},
+		{"go run: no module version, no vcs", "dev", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev", "unknown"},
+		{"a tagged checkout", "dev", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.0"}, Settings: vcs("abc123", "false")}, "v0.3.0", "abc123"},
+		{"uncommitted changes", "dev", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.1-0.20261204154300-abc123abc123+dirty"}, Settings: vcs("abc123", "true")}, "v0.3.1-0.20261204154300-abc123abc123+dirty", "abc123-dirty"},
+		{"-ldflags wins", "v1.2.3", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.3.0"}, Settings: vcs("abc123", "false")}, "v1.2.3", "abc123"},
+		{"make build: -ldflags with -buildvcs=false", "v0.4.0-3-gdef456", "def456", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "v0.4.0-3-gdef456", "def456"},
 	} {
-		got := readBuildInfo(tc.ldflags, tc.bi)
+		got := readBuildInfo(tc.ldflags, tc.ldCommit, tc.bi)
 		if got.Version != tc.wantVersion || got.Commit != tc.wantCommit {
 			t.Errorf("%s: version %q, commit %q; want %q, %q", tc.name, got.Version, got.Commit, tc.wantVersion, tc.wantCommit)
 		}
