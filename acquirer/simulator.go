@@ -150,6 +150,7 @@ type Simulator struct {
 	byOrder map[orderKey][]*Capture // settled captures, in settling order
 	stats   Stats
 	closed  bool
+	ledger  ledger // every settled capture, for reconciliation (ledger.go)
 
 	closing chan struct{} // closed by Close: captures skip their remaining delay
 	wg      sync.WaitGroup
@@ -352,6 +353,7 @@ func (s *Simulator) execute(ref *reference, r *run) {
 	}
 	k := orderKey{c.Merchant, c.OrderID}
 	s.byOrder[k] = append(s.byOrder[k], c)
+	s.ledger.addCapture(c)
 	r.result = c.Result()
 }
 
