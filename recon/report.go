@@ -62,3 +62,28 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 	}
 	return nil
 }
+
+// WriteMetrics writes the report as Prometheus text exposition, for
+// node_exporter's textfile collector (a cron job has no /metrics to
+// scrape): the mismatches by type, the references matched, and when the run
+// finished. Labels name the acquirer; the period is the run's, so the file
+// holds the latest run.
+func (rep *Report) WriteMetrics(w io.Writer) error {
+	acq := strconv.Quote(rep.Acquirer) // Prometheus label values escape as Go strings do for ASCII
+	var b strings.Builder
+	b.WriteString("# HELP chargeonce_recon_mismatches Mismatches the latest reconciliation run found, by type.\n")
+	b.WriteString("# TYPE chargeonce_recon_mismatches gauge\n")
+	for _, t := range Types {
+		fmt.Fprintf(&b, "chargeonce_recon_mismatches{acquirer=%s,type=%q} %d\n", acq, t, rep.Counts[t])
+	}
+	b.WriteString("# HELP chargeonce_recon_matched References on which the latest run found both sides agreeing.\n")
+	b.WriteString("# TYPE chargeonce_recon_matched gauge\n")
+	fmt.Fprintf(&b, "chargeonce_recon_matched{acquirer=%s} %d\n", acq, rep.Matched)
+	b.WriteString("# HELP chargeonce_recon_last_run_timestamp_seconds When the latest run finished.\n")
+	b.WriteString("# TYPE chargeonce_recon_last_run_timestamp_seconds gauge\n")
+	fmt.Fprintf(&b, "chargeonce_recon_last_run_timestamp_seconds{acquirer=%s} %d\n", acq, rep.FinishedAt.Unix())
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("recon: writing metrics: %w", err)
+	}
+	return nil
+}

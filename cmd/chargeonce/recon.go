@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -23,6 +25,7 @@ const ReconMismatchExit = 3
 func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		db, day, fromS, toS, format string
+		metricsFile                 string
 		margin, window              time.Duration
 		page                        int
 	)
@@ -36,6 +39,7 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&margin, "margin", recon.DefaultMargin, "how far past both ends of the period both sides are read, so a charge near midnight joins its capture")
 	fs.DurationVar(&window, "settlement-window", recon.DefaultSettlementWindow, "a charge younger than this that the acquirer does not show yet (or that is still processing) is pending, not a mismatch")
 	fs.IntVar(&page, "page-size", chargeonce.ReconDefaultPage, fmt.Sprintf("rows read per page on each side (1 to %d)", chargeonce.ReconMaxPage))
+	fs.StringVar(&metricsFile, "metrics-file", "", "also write the run's counts to this `file` in Prometheus text format (node_exporter's textfile collector), replaced atomically")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +78,11 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	run, err := recon.Save(ctx, rs, rep)
 	if err != nil {
 		return err
+	}
+	if metricsFile != "" {
+		if err := writeMetricsFile(metricsFile, rep); err != nil {
+			return err
+		}
 	}
 	if format == "csv" {
 		err = rep.WriteCSV(stdout)
@@ -149,4 +158,29 @@ func reconLedger(target string) (chargeonce.Ledger, string, error) {
 
 func reconClient(base string) chargeonce.Ledger {
 	return acquirer.NewClient(base, &http.Client{Timeout: 30 * time.Second})
+}
+
+// writeMetricsFile writes rep's metrics next to path and renames them over
+// it, so the collector never reads half a file.
+func writeMetricsFile(path string, rep *recon.Report) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".recon-metrics-*")
+	if err != nil {
+		return fmt.Errorf("--metrics-file: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if err := rep.WriteMetrics(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--metrics-file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--metrics-file: %w", err)
+	}
+	// node_exporter runs as another user and must read it; counts are no secret.
+	if err := os.Chmod(f.Name(), 0o644); err != nil { //nolint:gosec // G302: see above
+		return fmt.Errorf("--metrics-file: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("--metrics-file: %w", err)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,13 +69,27 @@ func TestReconCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var csvOut, errOut2 apitest.Buffer
-	err = Main(context.Background(), append(args, "--format", "csv"), &csvOut, &errOut2)
+	metrics := filepath.Join(t.TempDir(), "recon.prom")
+	err = Main(context.Background(), append(args, "--format", "csv", "--metrics-file", metrics), &csvOut, &errOut2)
 	if ec, ok := errors.AsType[exitCodeError](err); !ok || int(ec) != ReconMismatchExit {
 		t.Fatalf("recon with a capture we do not know: %v, want exit status %d\n%s", err, ReconMismatchExit, errOut2.String())
 	}
 	rows, err := csv.NewReader(strings.NewReader(csvOut.String())).ReadAll()
 	if err != nil || len(rows) != 2 || rows[1][0] != string(recon.MissingInternal) || rows[1][1] != ghost {
 		t.Fatalf("CSV %q (%v), want one missing_internal row for %s", rows, err, ghost)
+	}
+	prom, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		`chargeonce_recon_mismatches{acquirer="` + srv.URL + `",type="missing_internal"} 1`,
+		`chargeonce_recon_mismatches{acquirer="` + srv.URL + `",type="amount_mismatch"} 0`,
+		`chargeonce_recon_matched{acquirer="` + srv.URL + `"} 6`,
+	} {
+		if !strings.Contains(string(prom), line+"\n") {
+			t.Errorf("the metrics file has no line %q:\n%s", line, prom)
+		}
 	}
 	if !strings.Contains(errOut2.String(), "run 2 of this period") {
 		t.Fatalf("the re-run is not the same stored run: %s", errOut2.String())
