@@ -394,3 +394,39 @@ func TestReportCSVAndSavedRun(t *testing.T) {
 		})
 	}
 }
+
+// A charge created just before the period ends, captured by the acquirer
+// just after: with the margin they join; read without one, the capture is
+// outside the period and the charge looks missing at the acquirer.
+func TestMarginJoinsAcrossMidnight(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, kind, acquirer.Options{})
+			c := e.record(t, chargeonce.StatusCaptured, 2500, "BRL")
+			got, err := e.store.ChargeGet(t.Context(), c.MerchantID, c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := got.CreatedAt.Add(time.Millisecond) // "midnight"
+			e.sim.LedgerAdd(chargeonce.LedgerEntry{Kind: chargeonce.LedgerCapture, Reference: c.ID, Merchant: c.MerchantID, OrderID: c.OrderID,
+				AmountCents: 2500, Currency: "BRL", Status: string(chargeonce.StatusCaptured), CreatedAt: end.Add(500 * time.Millisecond)})
+			for _, tc := range []struct {
+				margin time.Duration
+				want   map[recon.Type]int
+			}{
+				{time.Hour, nil},
+				{0, map[recon.Type]int{recon.MissingAtAcquirer: 1}},
+			} {
+				rep, err := recon.Run(t.Context(), e.recon, e.sim, recon.Options{
+					Acquirer: "sim", Period: "day", From: end.Add(-24 * time.Hour), To: end, Margin: tc.margin,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantOnly(t, rep, tc.want, c.ID)
+			}
+		})
+	}
+}
