@@ -20,10 +20,16 @@ const (
 // ReconChargesParams select one page of the charges created in [From, To),
 // in reference (charge id) order, after the reference After ("" for the
 // first page).
+//
+// IDMin and IDMax, when not empty, also bound the ids: IDMin <= id < IDMax.
+// Charge ids begin with their creation time (idempotency.NewChargeID), so a
+// period's charges are one stretch of the primary key, and the bounds let a
+// store read that stretch instead of walking the key from its start.
 type ReconChargesParams struct {
-	From, To time.Time
-	After    string
-	Limit    int
+	From, To     time.Time
+	After        string
+	IDMin, IDMax string
+	Limit        int
 }
 
 // ReconRun is one stored reconciliation run, keyed by (Acquirer, Period):

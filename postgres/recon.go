@@ -16,12 +16,13 @@ var _ chargeonce.ReconStore = (*Store)(nil)
 // ChargesListByReference returns one page of the charges created in
 // [p.From, p.To), in id order, after p.After.
 //
-// The query walks the primary key from the cursor and filters on
-// created_at: no index is added to charges for reconciliation, so the
-// charge path pays nothing for it. A run therefore reads the primary key
-// from the first id onwards once (one page after another), which is
-// proportional to the table rather than the day; docs/reconciliation.md
-// has the numbers. The merge-join needs byte order (Go's string order):
+// The query is a range scan of the primary key from the cursor (within
+// [IDMin, IDMax) when given) that filters on created_at: no index is added
+// to charges for reconciliation, so the charge path pays nothing for it.
+// Without id bounds a run reads the primary key from the first id onwards
+// once (one page after another), proportional to the table rather than the
+// day; with them (package recon derives them from the period, as charge
+// ids begin with their creation time) it reads the period's stretch. The merge-join needs byte order (Go's string order):
 // charge ids are ASCII, which every collation we run on (C, C.UTF-8,
 // en_US.UTF-8 for the "ch_" + hex ids the engine makes) orders that way,
 // and package recon checks the order of every page and fails loudly if
@@ -33,9 +34,21 @@ func (s *Store) ChargesListByReference(ctx context.Context, p chargeonce.ReconCh
 	if !chargeonce.ValidText(p.After) {
 		return nil, chargeonce.FieldError("after", "after must be valid UTF-8 without U+0000")
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+chargeColumns+` FROM charges
-WHERE id > $1 AND created_at >= $2 AND created_at < $3
-ORDER BY id LIMIT $4`, p.After, p.From, p.To, p.Limit)
+	if !chargeonce.ValidText(p.IDMin) || !chargeonce.ValidText(p.IDMax) {
+		return nil, chargeonce.FieldError("id_min", "id bounds must be valid UTF-8 without U+0000")
+	}
+	// An empty IDMax is no upper bound. The bound is its own statement
+	// rather than ($6 = '' OR id < $6), so that a generic plan still stops
+	// the primary key's range scan at IDMax.
+	q, args := `SELECT `+chargeColumns+` FROM charges
+WHERE id > $1 AND id >= $5 AND created_at >= $2 AND created_at < $3
+ORDER BY id LIMIT $4`, []any{p.After, p.From, p.To, p.Limit, p.IDMin}
+	if p.IDMax != "" {
+		q, args = `SELECT `+chargeColumns+` FROM charges
+WHERE id > $1 AND id >= $5 AND id < $6 AND created_at >= $2 AND created_at < $3
+ORDER BY id LIMIT $4`, append(args, p.IDMax)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing charges by reference: %w", translate(err))
 	}

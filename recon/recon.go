@@ -94,6 +94,23 @@ type Options struct {
 	// Now is the clock that ages charges for the settlement window; nil is
 	// time.Now.
 	Now func() time.Time
+	// TimeOrderedIDs says our charge ids begin with their creation time, as
+	// idempotency.NewChargeID makes them ("ch_" and 12 hex digits of Unix
+	// milliseconds): our side is then read only within the ids of the
+	// period (with the margin and IDClockSkew), a stretch of the primary
+	// key, instead of the key from its start. A charge whose id does not
+	// begin so is not read; its capture then shows as missing_internal.
+	TimeOrderedIDs bool
+}
+
+// IDClockSkew is how far an instance's clock (which stamps a charge id) may
+// be from the database's (which stamps created_at) for TimeOrderedIDs to
+// still read the charge.
+const IDClockSkew = time.Minute
+
+// chargeIDBound is the smallest id idempotency.NewChargeID makes at t.
+func chargeIDBound(t time.Time) string {
+	return fmt.Sprintf("ch_%012x", max(t.UnixMilli(), 0))
 }
 
 // Mismatch is one difference, for one reference.
@@ -165,6 +182,9 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 	}
 	from, to := opts.From.Add(-opts.Margin), opts.To.Add(opts.Margin)
 	ours := &ourStream{store: store, p: chargeonce.ReconChargesParams{From: from, To: to, Limit: opts.PageSize}}
+	if opts.TimeOrderedIDs {
+		ours.p.IDMin, ours.p.IDMax = chargeIDBound(from.Add(-IDClockSkew)), chargeIDBound(to.Add(IDClockSkew))
+	}
 	theirs := &ledgerStream{ledger: ledger, p: chargeonce.LedgerParams{From: from, To: to, Limit: opts.PageSize}}
 
 	var group []chargeonce.LedgerEntry

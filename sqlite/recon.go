@@ -14,16 +14,21 @@ var _ chargeonce.ReconStore = (*Store)(nil)
 
 // ChargesListByReference returns one page of the charges created in
 // [p.From, p.To), in id order (SQLite's BINARY collation is byte order, as
-// Go compares strings), after p.After. Like the PostgreSQL store it walks
-// the primary key from the cursor and filters on created_at, adding no
-// index to charges.
+// Go compares strings), after p.After, within [p.IDMin, p.IDMax) when
+// given. Like the PostgreSQL store it walks the primary key from the
+// cursor and filters on created_at, adding no index to charges.
 func (s *Store) ChargesListByReference(ctx context.Context, p chargeonce.ReconChargesParams) ([]chargeonce.Charge, error) {
 	if p.Limit <= 0 || p.Limit > chargeonce.ReconMaxPage {
 		return nil, chargeonce.FieldError("limit", "limit must be 1 to %d; got %d", chargeonce.ReconMaxPage, p.Limit)
 	}
+	// An empty IDMax is no upper bound; with one, the range scan stops there.
+	upper, args := "", []any{p.After, p.From.UnixMicro(), p.To.UnixMicro(), p.Limit, p.IDMin}
+	if p.IDMax != "" {
+		upper, args = " AND c.id < ?6", append(args, p.IDMax)
+	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+chargeColumnsC+` FROM charges c
-WHERE c.id > ?1 AND c.created_at >= ?2 AND c.created_at < ?3
-ORDER BY c.id LIMIT ?4`, p.After, p.From.UnixMicro(), p.To.UnixMicro(), p.Limit)
+WHERE c.id > ?1 AND c.id >= ?5`+upper+` AND c.created_at >= ?2 AND c.created_at < ?3
+ORDER BY c.id LIMIT ?4`, args...)
 	if err != nil {
 		return nil, wrap("listing charges by reference", err)
 	}

@@ -87,9 +87,36 @@ func testChargesByReferenceWalk(t *testing.T, s chargeonce.Store, r chargeonce.R
 			t.Errorf("limit %d: %q, want %q (Go's byte order, every charge of every merchant once)", limit, got, want)
 		}
 	}
+	// Id bounds: [ch_a, ch_b) holds ch_a, ch_aa and ch_ab, at any page size;
+	// no upper bound reads to the end.
+	for _, limit := range []int{1, 2, 1000} {
+		p := chargeonce.ReconChargesParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), IDMin: "ch_a", IDMax: "ch_b", Limit: limit}
+		var got []string
+		for range 10 {
+			page, err := r.ChargesListByReference(t.Context(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range page {
+				got = append(got, c.ID)
+			}
+			if len(page) < limit {
+				break
+			}
+			p.After = page[len(page)-1].ID
+		}
+		if want := []string{"ch_a", "ch_aa", "ch_ab"}; !slices.Equal(got, want) {
+			t.Errorf("ids in [ch_a, ch_b), limit %d: %q, want %q", limit, got, want)
+		}
+	}
+	page, err := r.ChargesListByReference(t.Context(), chargeonce.ReconChargesParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), IDMin: "ch_b", Limit: 1000})
+	if got := len(page); err != nil || got != 2 { // ch_b, ch_z
+		t.Errorf("ids from ch_b on: %d charges (%v), want 2", got, err)
+	}
+
 	// The charges carry what reconciliation compares (ch_0 was the fifth,
 	// of merchant m1, completed as captured).
-	page, err := r.ChargesListByReference(t.Context(), chargeonce.ReconChargesParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), Limit: 1})
+	page, err = r.ChargesListByReference(t.Context(), chargeonce.ReconChargesParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), Limit: 1})
 	if err != nil || len(page) != 1 {
 		t.Fatalf("first page: %v %v", page, err)
 	}

@@ -29,6 +29,7 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		margin, window              time.Duration
 		page                        int
 	)
+	var opts0 recon.Options
 	fs := newFlagSet("recon", stderr)
 	fs.StringVar(&db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
 	acqTarget := fs.String("acquirer", "", "the base `URL` of the acquirer the charges were sent to: a chargeonce acquirer, or serve's in-process simulator at http://ADDR/acquirer")
@@ -39,11 +40,13 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&margin, "margin", recon.DefaultMargin, "how far past both ends of the period both sides are read, so a charge near midnight joins its capture")
 	fs.DurationVar(&window, "settlement-window", recon.DefaultSettlementWindow, "a charge younger than this that the acquirer does not show yet (or that is still processing) is pending, not a mismatch")
 	fs.IntVar(&page, "page-size", chargeonce.ReconDefaultPage, fmt.Sprintf("rows read per page on each side (1 to %d)", chargeonce.ReconMaxPage))
+	fs.BoolVar(&opts0.TimeOrderedIDs, "time-ordered-ids", true, "charge ids begin with their creation time (as chargeonce makes them): read only the period's stretch of ids; false walks every id, for ids made otherwise")
 	fs.StringVar(&metricsFile, "metrics-file", "", "also write the run's counts to this `file` in Prometheus text format (node_exporter's textfile collector), replaced atomically")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	opts := recon.Options{Margin: margin, SettlementWindow: window, PageSize: page}
+	opts := opts0
+	opts.Margin, opts.SettlementWindow, opts.PageSize = margin, window, page
 	if err := reconPeriod(&opts, day, fromS, toS); err != nil {
 		return err
 	}
