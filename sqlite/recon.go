@@ -22,13 +22,11 @@ func (s *Store) ChargesListByReference(ctx context.Context, p chargeonce.ReconCh
 		return nil, chargeonce.FieldError("limit", "limit must be 1 to %d; got %d", chargeonce.ReconMaxPage, p.Limit)
 	}
 	// An empty IDMax is no upper bound; with one, the range scan stops there.
-	upper, args := "", []any{p.After, p.From.UnixMicro(), p.To.UnixMicro(), p.Limit, p.IDMin}
+	q, args := sqlChargesByReference, []any{p.After, p.From.UnixMicro(), p.To.UnixMicro(), p.Limit, p.IDMin}
 	if p.IDMax != "" {
-		upper, args = " AND c.id < ?6", append(args, p.IDMax)
+		q, args = sqlChargesByReferenceBelow, append(args, p.IDMax)
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+chargeColumnsC+` FROM charges c
-WHERE c.id > ?1 AND c.id >= ?5`+upper+` AND c.created_at >= ?2 AND c.created_at < ?3
-ORDER BY c.id LIMIT ?4`, args...)
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, wrap("listing charges by reference", err)
 	}
@@ -46,6 +44,15 @@ ORDER BY c.id LIMIT ?4`, args...)
 	}
 	return charges, nil
 }
+
+const (
+	sqlChargesByReference = `SELECT ` + chargeColumnsC + ` FROM charges c
+WHERE c.id > ?1 AND c.id >= ?5 AND c.created_at >= ?2 AND c.created_at < ?3
+ORDER BY c.id LIMIT ?4`
+	sqlChargesByReferenceBelow = `SELECT ` + chargeColumnsC + ` FROM charges c
+WHERE c.id > ?1 AND c.id >= ?5 AND c.id < ?6 AND c.created_at >= ?2 AND c.created_at < ?3
+ORDER BY c.id LIMIT ?4`
+)
 
 // ReconRunSave inserts the run or, when (acquirer, period) has one,
 // replaces its report and counts one more run, in one statement.
