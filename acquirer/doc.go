@@ -46,4 +46,14 @@
 // chargeonce's recovery necessary: the service saw an unknown outcome while
 // the money moved, and re-driving the capture with the same reference must
 // return that capture instead of making a second one.
+//
+// # The ledger
+//
+// Every capture that settles (captured or declined), including a second one
+// under a reference after its idempotency window, is an entry in the
+// simulator's ledger, with its own id and a kind (capture; refund and void
+// once the simulator moves money back). Simulator.LedgerList and
+// Client.LedgerList (GET /v1/ledger) page through the entries created in a
+// time range, ordered by the reference of the charge they belong to, for
+// reconciliation (package recon): both implement chargeonce.Ledger.
 package acquirer

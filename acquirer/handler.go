@@ -31,6 +31,9 @@ type captureResponse struct {
 //	                               under way); 404 when there is none
 //	GET  /v1/captures?order_id=N&merchant=M  the order's captures (JSON array)
 //	GET  /v1/stats                 {"capture_requests","captures","duplicate_requests"}
+//	GET  /v1/ledger?from=T&to=T[&starting_after=C][&limit=N]
+//	                               one page of the ledger {"data","next"}
+//	                               (reconciliation; see Simulator.LedgerList)
 //
 // The reference of POST /v1/captures comes from the Idempotency-Key header
 // (bare or as an RFC 8941 string) and the body's "reference". Either alone is
@@ -54,11 +57,13 @@ func Handler(sim *Simulator) http.Handler {
 	mux.HandleFunc("GET /v1/refunds/{reference}", h.getRefund)
 	mux.HandleFunc("/v1/refunds", methodNotAllowed("POST"))
 	mux.HandleFunc("/v1/refunds/{reference}", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("GET /v1/ledger", h.ledger) // ledger.go
 	// The patterns without a method catch the methods the ones above do
 	// not allow, so that 405 is problem+json too; "/" catches the rest.
 	mux.HandleFunc("/v1/captures", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/v1/captures/{reference}", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/v1/stats", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("/v1/ledger", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, chargeonce.Errorf(chargeonce.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
 	})

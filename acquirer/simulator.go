@@ -158,6 +158,7 @@ type Simulator struct {
 	refunds map[string]*refundRef   // by the refund's reference
 	stats   Stats
 	closed  bool
+	ledger  ledger // every settled capture, for reconciliation (ledger.go)
 
 	closing chan struct{} // closed by Close: captures skip their remaining delay
 	wg      sync.WaitGroup
@@ -366,6 +367,7 @@ func (s *Simulator) execute(ref *reference, r *run) {
 	}
 	k := orderKey{c.Merchant, c.OrderID}
 	s.byOrder[k] = append(s.byOrder[k], c)
+	s.ledger.addCapture(c)
 	r.result = c.Result()
 }
 

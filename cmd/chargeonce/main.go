@@ -4,6 +4,7 @@
 //	chargeonce acquirer   the stand-alone acquirer simulator
 //	chargeonce migrate    applies the schema to --db
 //	chargeonce reconcile  one recovery pass, then exits
+//	chargeonce recon      reconciles a day of charges with the acquirer's ledger
 //	chargeonce charge     charges through the retrying Go client
 //	chargeonce race       the naive designs double-charging, and ours not
 //	chargeonce worker     consumes charge requests from NATS JetStream
@@ -39,6 +40,7 @@ func commands() []command {
 		{"acquirer", "run the stand-alone acquirer simulator", runAcquirer},
 		{"migrate", "apply the schema to --db", runMigrate},
 		{"reconcile", "run one recovery pass, then exit", runReconcile},
+		{"recon", "reconcile a day of charges with the acquirer's ledger; store the run, print the report", runRecon},
 		{"bench", "measure chargeonce against a bare handler and raw SQL on the same statements", runBench},
 		{"charge", "charge once through the API, retrying safely, and print the charge", runCharge},
 		{"race", "run the double-charge experiment: naive designs against insert-first", runRace},

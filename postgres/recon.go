@@ -1,0 +1,118 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+var _ chargeonce.ReconStore = (*Store)(nil)
+
+// ChargesListByReference returns one page of the charges created in
+// [p.From, p.To), in id order, after p.After.
+//
+// The query is a range scan of the primary key from the cursor (within
+// [IDMin, IDMax) when given) that filters on created_at: no index is added
+// to charges for reconciliation, so the charge path pays nothing for it.
+// Without id bounds a run reads the primary key from the first id onwards
+// once (one page after another), proportional to the table rather than the
+// day; with them (package recon derives them from the period, as charge
+// ids begin with their creation time) it reads the period's stretch. The merge-join needs byte order (Go's string order):
+// charge ids are ASCII, which every collation we run on (C, C.UTF-8,
+// en_US.UTF-8 for the "ch_" + hex ids the engine makes) orders that way,
+// and package recon checks the order of every page and fails loudly if
+// it is not.
+func (s *Store) ChargesListByReference(ctx context.Context, p chargeonce.ReconChargesParams) ([]chargeonce.Charge, error) {
+	if p.Limit <= 0 || p.Limit > chargeonce.ReconMaxPage {
+		return nil, chargeonce.FieldError("limit", "limit must be 1 to %d; got %d", chargeonce.ReconMaxPage, p.Limit)
+	}
+	if !chargeonce.ValidText(p.After) {
+		return nil, chargeonce.FieldError("after", "after must be valid UTF-8 without U+0000")
+	}
+	if !chargeonce.ValidText(p.IDMin) || !chargeonce.ValidText(p.IDMax) {
+		return nil, chargeonce.FieldError("id_min", "id bounds must be valid UTF-8 without U+0000")
+	}
+	// An empty IDMax is no upper bound. The bound is its own statement
+	// rather than ($6 = '' OR id < $6), so that a generic plan still stops
+	// the primary key's range scan at IDMax.
+	q, args := `SELECT `+chargeColumns+` FROM charges
+WHERE id > $1 AND id >= $5 AND created_at >= $2 AND created_at < $3
+ORDER BY id LIMIT $4`, []any{p.After, p.From, p.To, p.Limit, p.IDMin}
+	if p.IDMax != "" {
+		q, args = `SELECT `+chargeColumns+` FROM charges
+WHERE id > $1 AND id >= $5 AND id < $6 AND created_at >= $2 AND created_at < $3
+ORDER BY id LIMIT $4`, append(args, p.IDMax)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing charges by reference: %w", translate(err))
+	}
+	charges, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (chargeonce.Charge, error) { return scanCharge(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing charges by reference: %w", translate(err))
+	}
+	return charges, nil
+}
+
+// ReconRunSave inserts the run or, when (acquirer, period) has one,
+// replaces its report and counts one more run, in one statement.
+func (s *Store) ReconRunSave(ctx context.Context, run chargeonce.ReconRun) (chargeonce.ReconRun, error) {
+	if !chargeonce.ValidText(run.Acquirer) || !chargeonce.ValidText(run.Period) || run.Acquirer == "" || run.Period == "" {
+		return chargeonce.ReconRun{}, chargeonce.FieldError("period", "a run needs an acquirer and a period of valid text")
+	}
+	counts, err := json.Marshal(run.Counts)
+	if err != nil {
+		return chargeonce.ReconRun{}, fmt.Errorf("encoding run counts: %w", err)
+	}
+	report := run.Report
+	if report == nil {
+		report = []byte{}
+	}
+	return scanReconRun(s.pool.QueryRow(ctx, `INSERT INTO recon_runs
+	(acquirer, period, period_from, period_to, counts, report)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (acquirer, period) DO UPDATE SET
+	period_from = excluded.period_from, period_to = excluded.period_to,
+	counts = excluded.counts, report = excluded.report,
+	runs = recon_runs.runs + 1, updated_at = now()
+RETURNING `+reconRunColumns, run.Acquirer, run.Period, run.From, run.To, string(counts), report))
+}
+
+// ReconRunGet returns the stored run, or ENOTFOUND.
+func (s *Store) ReconRunGet(ctx context.Context, acquirer, period string) (chargeonce.ReconRun, error) {
+	if !chargeonce.ValidText(acquirer) || !chargeonce.ValidText(period) {
+		return chargeonce.ReconRun{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "no reconciliation run for %q %q", acquirer, period)
+	}
+	run, err := scanReconRun(s.pool.QueryRow(ctx,
+		`SELECT `+reconRunColumns+` FROM recon_runs WHERE acquirer = $1 AND period = $2`, acquirer, period))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.ReconRun{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "no reconciliation run for %q %q", acquirer, period)
+	}
+	return run, err
+}
+
+const reconRunColumns = `acquirer, period, period_from, period_to, counts, report, runs, created_at, updated_at`
+
+func scanReconRun(row pgx.Row) (chargeonce.ReconRun, error) {
+	var (
+		run    chargeonce.ReconRun
+		counts string
+	)
+	err := row.Scan(&run.Acquirer, &run.Period, &run.From, &run.To, &counts, &run.Report, &run.Runs, &run.CreatedAt, &run.UpdatedAt)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return chargeonce.ReconRun{}, err
+		}
+		return chargeonce.ReconRun{}, fmt.Errorf("reading reconciliation run: %w", translate(err))
+	}
+	if err := json.Unmarshal([]byte(counts), &run.Counts); err != nil {
+		return chargeonce.ReconRun{}, fmt.Errorf("decoding run counts: %w", err)
+	}
+	run.From, run.To = run.From.UTC(), run.To.UTC()
+	return run, nil
+}

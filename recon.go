@@ -1,0 +1,129 @@
+package chargeonce
+
+import (
+	"context"
+	"time"
+)
+
+// Reconciliation (SPEC "Reconciliation (v4)") compares our charges with the
+// acquirer's ledger, joined by reference. Both sides are read in reference
+// order, a page at a time, so that package recon can merge-join them in
+// bounded memory. These are the seams it reads through: ReconStore for our
+// side, Ledger for the acquirer's.
+
+// Limits of a reconciliation page, on either side.
+const (
+	ReconDefaultPage = 1000
+	ReconMaxPage     = 1000
+)
+
+// ReconChargesParams select one page of the charges created in [From, To),
+// in reference (charge id) order, after the reference After ("" for the
+// first page).
+//
+// IDMin and IDMax, when not empty, also bound the ids: IDMin <= id < IDMax.
+// Charge ids begin with their creation time (idempotency.NewChargeID), so a
+// period's charges are one stretch of the primary key, and the bounds let a
+// store read that stretch instead of walking the key from its start.
+type ReconChargesParams struct {
+	From, To     time.Time
+	After        string
+	IDMin, IDMax string
+	Limit        int
+}
+
+// ReconRun is one stored reconciliation run, keyed by (Acquirer, Period):
+// running the same period against the same acquirer again updates this run
+// rather than adding another.
+type ReconRun struct {
+	// Acquirer names the acquirer reconciled ("sim", a URL's host, "stripe").
+	Acquirer string
+	// Period is the run's key within the acquirer: the day (2026-12-06) or
+	// the range "FROM/TO" in RFC 3339.
+	Period string
+	From   time.Time
+	To     time.Time
+	// Counts are the mismatches found, by type.
+	Counts map[string]int
+	// Report is the run's report as JSON (recon.Report).
+	Report []byte
+	// Runs counts how often the period was reconciled: the latest report
+	// replaced the earlier ones.
+	Runs      int
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ReconStore is what reconciliation reads from (and writes its runs to) in
+// a store. Both stores implement it and pass storetest.RunRecon. It is
+// kept apart from Store: nothing on the charge path needs it.
+type ReconStore interface {
+	// ChargesListByReference returns up to p.Limit charges created in
+	// [p.From, p.To) whose id (the acquirer reference) sorts after
+	// p.After, in id order (byte order, as Go compares strings). Fewer
+	// than p.Limit means the range is exhausted.
+	ChargesListByReference(ctx context.Context, p ReconChargesParams) ([]Charge, error)
+	// ReconRunSave stores run under (run.Acquirer, run.Period): inserted
+	// with Runs = 1 the first time, replacing the report and counting one
+	// more run after that. It returns the run as stored.
+	ReconRunSave(ctx context.Context, run ReconRun) (ReconRun, error)
+	// ReconRunGet returns the stored run, or ENOTFOUND.
+	ReconRunGet(ctx context.Context, acquirer, period string) (ReconRun, error)
+}
+
+// LedgerKind is what a ledger entry did with money.
+type LedgerKind string
+
+// The kinds of ledger entries. Refunds and voids name the capture they
+// belong to in ChargeReference.
+const (
+	LedgerCapture LedgerKind = "capture"
+	LedgerRefund  LedgerKind = "refund"
+	LedgerVoid    LedgerKind = "void"
+)
+
+// LedgerEntry is one object in an acquirer's ledger: a capture attempt
+// that settled (captured or declined), a refund, a void.
+type LedgerEntry struct {
+	// ID is the acquirer's own id of the entry; two captures under one
+	// reference (after its idempotency window) have two ids.
+	ID   string     `json:"id"`
+	Kind LedgerKind `json:"kind"`
+	// Reference is the reference the entry was created under: the charge
+	// id for a capture, the refund's own reference for a refund.
+	Reference string `json:"reference"`
+	// ChargeReference is the reference of the charge the entry belongs
+	// to, the join key: Reference itself for a capture, the refunded or
+	// voided capture's reference otherwise. Ledgers are ordered by it.
+	ChargeReference string `json:"charge_reference"`
+	Merchant        string `json:"merchant"`
+	OrderID         int64  `json:"order_id"`
+	AmountCents     int64  `json:"amount_cents"`
+	Currency        string `json:"currency"`
+	// Status is captured or declined for a capture; succeeded, pending or
+	// failed for a refund; succeeded for a void.
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// LedgerParams select one page of an acquirer's ledger: the entries
+// created in [From, To), ordered by (ChargeReference, then the order the
+// acquirer created them), after the cursor After ("" for the first page).
+type LedgerParams struct {
+	From, To time.Time
+	After    string
+	Limit    int
+}
+
+// LedgerPage is one page of a ledger. Next is the cursor of the following
+// page, "" when this page is the last.
+type LedgerPage struct {
+	Entries []LedgerEntry `json:"data"`
+	Next    string        `json:"next"`
+}
+
+// Ledger is an acquirer's list of what it did with money, for
+// reconciliation. The simulator (in-process and over HTTP) implements it.
+type Ledger interface {
+	LedgerList(ctx context.Context, p LedgerParams) (LedgerPage, error)
+}

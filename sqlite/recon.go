@@ -1,0 +1,111 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+var _ chargeonce.ReconStore = (*Store)(nil)
+
+// ChargesListByReference returns one page of the charges created in
+// [p.From, p.To), in id order (SQLite's BINARY collation is byte order, as
+// Go compares strings), after p.After, within [p.IDMin, p.IDMax) when
+// given. Like the PostgreSQL store it walks the primary key from the
+// cursor and filters on created_at, adding no index to charges.
+func (s *Store) ChargesListByReference(ctx context.Context, p chargeonce.ReconChargesParams) ([]chargeonce.Charge, error) {
+	if p.Limit <= 0 || p.Limit > chargeonce.ReconMaxPage {
+		return nil, chargeonce.FieldError("limit", "limit must be 1 to %d; got %d", chargeonce.ReconMaxPage, p.Limit)
+	}
+	// An empty IDMax is no upper bound; with one, the range scan stops there.
+	q, args := sqlChargesByReference, []any{p.After, p.From.UnixMicro(), p.To.UnixMicro(), p.Limit, p.IDMin}
+	if p.IDMax != "" {
+		q, args = sqlChargesByReferenceBelow, append(args, p.IDMax)
+	}
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, wrap("listing charges by reference", err)
+	}
+	defer rows.Close()
+	charges := make([]chargeonce.Charge, 0, min(p.Limit, 64))
+	for rows.Next() {
+		var r chargeRow
+		if err := rows.Scan(r.dest()...); err != nil {
+			return nil, wrap("listing charges by reference", err)
+		}
+		charges = append(charges, r.charge())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("listing charges by reference", err)
+	}
+	return charges, nil
+}
+
+const (
+	sqlChargesByReference = `SELECT ` + chargeColumnsC + ` FROM charges c
+WHERE c.id > ?1 AND c.id >= ?5 AND c.created_at >= ?2 AND c.created_at < ?3
+ORDER BY c.id LIMIT ?4`
+	sqlChargesByReferenceBelow = `SELECT ` + chargeColumnsC + ` FROM charges c
+WHERE c.id > ?1 AND c.id >= ?5 AND c.id < ?6 AND c.created_at >= ?2 AND c.created_at < ?3
+ORDER BY c.id LIMIT ?4`
+)
+
+// ReconRunSave inserts the run or, when (acquirer, period) has one,
+// replaces its report and counts one more run, in one statement.
+func (s *Store) ReconRunSave(ctx context.Context, run chargeonce.ReconRun) (chargeonce.ReconRun, error) {
+	if !chargeonce.ValidText(run.Acquirer) || !chargeonce.ValidText(run.Period) || run.Acquirer == "" || run.Period == "" {
+		return chargeonce.ReconRun{}, chargeonce.FieldError("period", "a run needs an acquirer and a period of valid text")
+	}
+	counts, err := json.Marshal(run.Counts)
+	if err != nil {
+		return chargeonce.ReconRun{}, fmt.Errorf("encoding run counts: %w", err)
+	}
+	report := run.Report
+	if report == nil {
+		report = []byte{}
+	}
+	return scanReconRun(s.wdb.QueryRowContext(ctx, `INSERT INTO recon_runs
+	(acquirer, period, period_from, period_to, counts, report, runs, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, `+nowMicros+`, `+nowMicros+`)
+ON CONFLICT (acquirer, period) DO UPDATE SET
+	period_from = excluded.period_from, period_to = excluded.period_to,
+	counts = excluded.counts, report = excluded.report,
+	runs = recon_runs.runs + 1, updated_at = excluded.updated_at
+RETURNING `+reconRunColumns, run.Acquirer, run.Period, run.From.UnixMicro(), run.To.UnixMicro(), string(counts), report))
+}
+
+// ReconRunGet returns the stored run, or ENOTFOUND.
+func (s *Store) ReconRunGet(ctx context.Context, acquirer, period string) (chargeonce.ReconRun, error) {
+	run, err := scanReconRun(s.rdb.QueryRowContext(ctx,
+		`SELECT `+reconRunColumns+` FROM recon_runs WHERE acquirer = ?1 AND period = ?2`, acquirer, period))
+	if errors.Is(err, sql.ErrNoRows) {
+		return chargeonce.ReconRun{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "no reconciliation run for %q %q", acquirer, period)
+	}
+	return run, err
+}
+
+const reconRunColumns = `acquirer, period, period_from, period_to, counts, report, runs, created_at, updated_at`
+
+func scanReconRun(row *sql.Row) (chargeonce.ReconRun, error) {
+	var (
+		run                        chargeonce.ReconRun
+		counts                     string
+		from, to, created, updated int64
+	)
+	err := row.Scan(&run.Acquirer, &run.Period, &from, &to, &counts, &run.Report, &run.Runs, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return chargeonce.ReconRun{}, err
+	}
+	if err != nil {
+		return chargeonce.ReconRun{}, wrap("reading reconciliation run", err)
+	}
+	if err := json.Unmarshal([]byte(counts), &run.Counts); err != nil {
+		return chargeonce.ReconRun{}, fmt.Errorf("decoding run counts: %w", err)
+	}
+	run.From, run.To, run.CreatedAt, run.UpdatedAt = fromMicros(from), fromMicros(to), fromMicros(created), fromMicros(updated)
+	return run, nil
+}
