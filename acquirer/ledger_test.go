@@ -118,3 +118,36 @@ func TestLedgerBadParams(t *testing.T) {
 		t.Errorf("POST /v1/ledger: %d, want 405", resp.StatusCode)
 	}
 }
+
+// A refund the simulator settles is in its ledger beside the capture it
+// refunds (its ChargeReference), failed ones too, so that reconciliation
+// sums the money that went back per charge.
+func TestLedgerListsRefunds(t *testing.T) {
+	t.Parallel()
+	sim := acquirer.NewSimulator(acquirer.Options{})
+	t.Cleanup(func() { sim.Close() })
+	start := time.Now()
+	if _, err := sim.Capture(t.Context(), chargeonce.CaptureRequest{Reference: "ch_r", OrderID: 1, Merchant: "m", AmountCents: 100, Currency: "BRL", PaymentToken: acquirer.TokenOK}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		ref    string
+		amount int64
+	}{{"re_1", 60}, {"re_2", 60}} {
+		if _, err := sim.Refund(t.Context(), chargeonce.RefundCall{Reference: r.ref, ChargeReference: "ch_r", Merchant: "m", AmountCents: r.amount, Currency: "BRL"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := sim.LedgerList(t.Context(), chargeonce.LedgerParams{From: start.Add(-time.Second), To: time.Now().Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range page.Entries {
+		got = append(got, string(e.Kind)+" "+e.Reference+"/"+e.ChargeReference+" "+e.Status)
+	}
+	want := []string{"capture ch_r/ch_r captured", "refund re_1/ch_r succeeded", "refund re_2/ch_r failed"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ledger %q, want %q", got, want)
+	}
+}

@@ -102,6 +102,11 @@ func (s *Simulator) Refund(ctx context.Context, req chargeonce.RefundCall) (char
 		s.stats.Refunds++
 	}
 	rr.refund = r
+	s.ledger.add(chargeonce.LedgerEntry{
+		Kind: chargeonce.LedgerRefund, Reference: r.Reference, ChargeReference: r.ChargeReference,
+		Merchant: r.Merchant, AmountCents: r.AmountCents, Currency: r.Currency,
+		Status: string(r.Status), CreatedAt: r.CreatedAt,
+	})
 	if token == TokenFailAfter {
 		return chargeonce.RefundResult{}, fmt.Errorf("%w: %s: refund %s settled, reply lost", ErrUnavailable, TokenFailAfter, req.Reference)
 	}
