@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -56,6 +57,10 @@ type Config struct {
 	// KeyTTL is how long the resolved answer is replayed (--key-ttl).
 	KeyTTL     time.Duration
 	SessionTTL time.Duration
+	// TrustedProxies are the proxies (addresses or networks) whose
+	// X-Forwarded-For names the client and whose X-Forwarded-Proto: https
+	// says the operator's browser speaks HTTPS (--admin-trusted-proxies).
+	TrustedProxies []netip.Prefix
 }
 
 // Server serves the admin API and the console.
@@ -67,6 +72,7 @@ type Server struct {
 	log      *slog.Logger
 	cfg      Config
 	sessions *sessions
+	guard    *guard
 	mux      *http.ServeMux
 }
 
@@ -96,7 +102,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store: cfg.Store, ops: ops, acquirer: cfg.Acquirer, keys: cfg.Keys, log: cfg.Logger, cfg: cfg,
-		sessions: newSessions(cfg.SessionTTL),
+		sessions: newSessions(cfg.SessionTTL), guard: newGuard(cfg.SessionTTL),
 	}
 	s.routes()
 	return s, nil

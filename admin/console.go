@@ -133,7 +133,7 @@ func (s *Server) page(h pageHandler) http.HandlerFunc {
 		}
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-			if !sameOrigin(r) || !ss.csrfOK(r) {
+			if !s.sameOrigin(r) || !ss.csrfOK(r) {
 				s.logCall(r, ss.admin, http.StatusForbidden, start, nil)
 				http.Error(w, "This form is stale or did not come from this console: go back, reload the page and try again.", http.StatusForbidden)
 				return
@@ -209,32 +209,57 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	securityHeaders(w)
+	addr := s.clientAddr(r)
+	// Refusals come before the body is read: a client past the limits
+	// holds no connection while it trickles a form in.
+	if allowed, wait := s.guard.allow(addr); !allowed {
+		s.refuseSignIn(w, r, start, wait)
+		return
+	}
+	release, ok := s.guard.signIn(addr)
+	if !ok {
+		s.refuseSignIn(w, r, start, time.Second)
+		return
+	}
+	defer release()
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	if !sameOrigin(r) {
+	if !s.sameOrigin(r) {
 		s.logCall(r, "", http.StatusForbidden, start, nil)
 		http.Error(w, "cross-site sign-in refused", http.StatusForbidden)
 		return
 	}
 	admin, ok := s.keys.lookup(strings.TrimSpace(r.PostFormValue("key")))
 	if !ok {
+		s.guard.failed(addr)
 		s.logCall(r, "", http.StatusUnauthorized, start, nil)
 		s.render(w, r, http.StatusUnauthorized, "login", view{Title: "Sign in", Error: "That is not an admin key. Merchants' API keys do not work here."})
 		return
 	}
+	s.guard.succeeded(addr)
 	id, _ := s.sessions.create(admin)
-	// Secure whenever the console is served over TLS; a loopback console
-	// over plain HTTP (the default) could not keep a Secure cookie.
-	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: Secure follows r.TLS, see above
-		Name: sessionCookie, Value: id, Path: "/admin/", HttpOnly: true, Secure: r.TLS != nil,
+	// Secure whenever the operator's browser speaks HTTPS (a TLS listener,
+	// or a trusted proxy that terminates TLS); a loopback console over
+	// plain HTTP (the default) could not keep a Secure cookie.
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: Secure follows s.secure, see above
+		Name: sessionCookie, Value: id, Path: "/admin/", HttpOnly: true, Secure: s.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: int(s.cfg.SessionTTL.Seconds()),
 	})
 	s.logCall(r, admin, http.StatusSeeOther, start, nil)
 	http.Redirect(w, r, "/admin/", http.StatusSeeOther)
 }
 
+// refuseSignIn answers a sign-in past the limits 429, unread.
+func (s *Server) refuseSignIn(w http.ResponseWriter, r *http.Request, start time.Time, wait time.Duration) {
+	secs := int(max(wait, time.Second).Round(time.Second).Seconds())
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	s.logCall(r, "", http.StatusTooManyRequests, start, nil)
+	s.render(w, r, http.StatusTooManyRequests, "login", view{Title: "Sign in",
+		Error: fmt.Sprintf("Too many sign-in attempts from your address: the key was not checked. Try again in %d s.", secs)})
+}
+
 func (s *Server) logout(w http.ResponseWriter, r *http.Request, _ *session) error {
 	s.sessions.end(r)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}) //nolint:gosec // G124: Secure follows r.TLS, as at login
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin/", MaxAge: -1, HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode}) //nolint:gosec // G124: Secure follows s.secure, as at login
 	http.Redirect(w, r, "/admin/login", http.StatusSeeOther)
 	return nil
 }

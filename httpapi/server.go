@@ -30,6 +30,8 @@ type Server struct {
 	mux      *http.ServeMux
 	// webhooksAllowPrivate lets endpoints be http:// and private addresses.
 	webhooksAllowPrivate bool
+	// bodies counts each merchant's request bodies being read.
+	bodies *shares
 }
 
 // OutcomeObserver is told the answer to every charge attempt the engine
@@ -62,7 +64,7 @@ type Config struct {
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux(),
-		webhooksAllowPrivate: cfg.WebhooksAllowPrivate}
+		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, bodies: newShares(MaxBodyReadsPerMerchant, "request bodies arriving")}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -105,7 +107,7 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := s.readMerchantBody(w, r, merchant.ID)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -162,6 +164,13 @@ func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, engine.EncodeCharge(&ch))
 }
 
+// HealthCheck reports whether r is a health check (GET /healthz or
+// /readyz): the requests a listener's reserve of connections serves when
+// every other connection is busy (httpserve.Config.Reserved).
+func HealthCheck(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 }
@@ -184,6 +193,17 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// readMerchantBody reads an authenticated request's body within the
+// merchant's share of bodies arriving at once.
+func (s *Server) readMerchantBody(w http.ResponseWriter, r *http.Request, merchant string) ([]byte, error) {
+	release, err := s.bodies.take(merchant)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return readBody(w, r)
 }
 
 // readBody reads a request body of at most MaxBodyBytes; a larger one is
