@@ -68,13 +68,9 @@ func untilText(t time.Time) string {
 	return "in " + roundAge(d)
 }
 
-func money(cents int64, currency string) string {
-	sign := ""
-	if cents < 0 {
-		sign, cents = "-", -cents
-	}
-	return fmt.Sprintf("%s%d.%02d %s", sign, cents/100, cents%100, currency)
-}
+// money shows an amount in the currency's minor unit (ISO 4217): 1000 JPY
+// is "1,000 JPY", 1000 KWD "1.000 KWD".
+func money(minor int64, currency string) string { return chargeonce.FormatAmount(minor, currency) }
 
 // consoleRoutes mounts the web console.
 func (s *Server) consoleRoutes(m *http.ServeMux) {
