@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -32,6 +33,8 @@ type Server struct {
 	webhooksAllowPrivate bool
 	// bodies counts each merchant's request bodies being read.
 	bodies *shares
+	// reads gives each merchant its share of reads in flight.
+	reads *readShares
 }
 
 // OutcomeObserver is told the answer to every charge attempt the engine
@@ -59,12 +62,21 @@ type Config struct {
 	// WebhooksAllowPrivate accepts webhook endpoint URLs that are http://
 	// or name private addresses (--webhooks-allow-private).
 	WebhooksAllowPrivate bool
+	// MaxReadsPerMerchant is how many reads (GET /v1/…) of one merchant run
+	// at once (DefaultMaxReadsPerMerchant when 0); more wait up to
+	// ReadShareWait, then are answered 429.
+	MaxReadsPerMerchant int
 }
 
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux(),
 		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, bodies: newShares(MaxBodyReadsPerMerchant, "request bodies arriving")}
+	perReads := cfg.MaxReadsPerMerchant
+	if perReads <= 0 {
+		perReads = DefaultMaxReadsPerMerchant
+	}
+	s.reads = newReadShares(perReads)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -89,7 +101,31 @@ func New(cfg Config) *Server {
 // ServeHTTP implements http.Handler. Every answer carries a Request-Id
 // (LogRequests gives one; without it, ServeHTTP does).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, withRequestID(w, r))
+	r = withRequestID(w, r)
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/") {
+		// Reads share the database fairly: each merchant gets its share
+		// of reads in flight (SPEC "Tenants share the service fairly"). A
+		// request without a valid key goes on to its handler's 401.
+		if m, ok := s.keys.lookup(bearerToken(r)); ok {
+			release, err := s.reads.take(r, m.ID)
+			if err != nil {
+				noteMerchant(r, m.ID)
+				s.writeError(w, r, err)
+				return
+			}
+			defer release()
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// bearerToken is r's bearer token, or "".
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
 }
 
 func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {

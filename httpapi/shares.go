@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"net/http"
 	"sync"
 	"time"
 
@@ -46,4 +47,81 @@ func (s *shares) take(merchant string) (release func(), err error) {
 			delete(s.held, merchant)
 		}
 	}, nil
+}
+
+// Defaults of Config.MaxReadsPerMerchant and the wait for a share.
+const (
+	// DefaultMaxReadsPerMerchant is how many reads (GET /v1/…) of one
+	// merchant run at once. Each holds a database connection while it
+	// runs: a merchant polling with 64 loops would otherwise hold the whole
+	// pool, and every other merchant's charges would queue behind it.
+	DefaultMaxReadsPerMerchant = 4
+	// ReadShareWait is how long a read waits for one of its merchant's
+	// shares before it is answered 429 with Retry-After.
+	ReadShareWait = time.Second
+	// maxReadWaitersPerShare bounds the reads waiting, per share: past it a
+	// read is answered 429 at once rather than hold a connection waiting.
+	maxReadWaitersPerShare = 16
+)
+
+// readShares gives each merchant a fixed number of reads in flight; reads
+// over it wait their turn, briefly, in their merchant's queue only.
+type readShares struct {
+	per int
+	mu  sync.Mutex
+	m   map[string]*readShare
+}
+
+type readShare struct {
+	slots   chan struct{}
+	waiting int
+}
+
+func newReadShares(per int) *readShares {
+	return &readShares{per: per, m: map[string]*readShare{}}
+}
+
+// take waits up to ReadShareWait for one of merchant's read slots.
+func (rs *readShares) take(r *http.Request, merchant string) (release func(), err error) {
+	rs.mu.Lock()
+	sh := rs.m[merchant]
+	if sh == nil {
+		sh = &readShare{slots: make(chan struct{}, rs.per)}
+		rs.m[merchant] = sh
+	}
+	rs.mu.Unlock()
+	release = func() { <-sh.slots }
+	select {
+	case sh.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	rs.mu.Lock()
+	if sh.waiting >= rs.per*maxReadWaitersPerShare {
+		rs.mu.Unlock()
+		return nil, readShareRefusal(rs.per)
+	}
+	sh.waiting++
+	rs.mu.Unlock()
+	defer func() {
+		rs.mu.Lock()
+		sh.waiting--
+		rs.mu.Unlock()
+	}()
+	t := time.NewTimer(ReadShareWait)
+	defer t.Stop()
+	select {
+	case sh.slots <- struct{}{}:
+		return release, nil
+	case <-t.C:
+		return nil, readShareRefusal(rs.per)
+	case <-r.Context().Done():
+		return nil, chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the client went away while waiting")
+	}
+}
+
+func readShareRefusal(per int) error {
+	e := chargeonce.Errorf(chargeonce.ERATELIMITED, "this merchant already has %d reads in flight, its share; retry after the time in Retry-After", per)
+	e.RetryAfter = time.Second
+	return e
 }
