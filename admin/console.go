@@ -33,6 +33,9 @@ var pages = func() map[string]*template.Template {
 		"keyhash":  func(c chargeonce.Charge) string { return idempotency.KeyHash(c.MerchantID, c.IdempotencyKey) },
 		"urlpath":  url.PathEscape,
 		"isstatus": func(c chargeonce.Charge, s string) bool { return string(c.Status) == s },
+		"human":    Human,
+		"collapse": Collapse,
+		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
 	}
 	out := map[string]*template.Template{}
 	names, err := fs.Glob(templateFS, "templates/*.html")
@@ -85,6 +88,7 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /admin/logout", s.page(s.logout))
 	m.HandleFunc("POST /admin/search", s.page(s.search))
 	m.HandleFunc("GET /admin/charges/{id}", s.page(s.chargePage))
+	m.HandleFunc("POST /admin/charges/{id}/lookup", s.page(s.lookPage))
 	m.HandleFunc("POST /admin/charges/{id}/resolve", s.page(s.resolveForm))
 	m.HandleFunc("GET /admin/audit", s.page(s.auditPage))
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
@@ -363,7 +367,7 @@ func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session)
 		return err
 	}
 	s.render(w, r, http.StatusOK, "charge", view{Title: "Charge " + in.Charge.ID, Admin: ss.admin, CSRF: ss.csrf,
-		Data: chargeView{In: in, Timeline: tl, Form: ResolveRequest{Status: chargeonce.StatusCaptured}}})
+		Data: chargeView{In: in, Timeline: tl}})
 	return nil
 }
 
@@ -371,6 +375,7 @@ func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session)
 type confirmView struct {
 	In             chargeonce.ChargeInspection
 	Form           ResolveRequest
+	Acquirer       AcquirerView
 	AcquirerAnswer string
 	Disagrees      bool
 }
@@ -398,8 +403,9 @@ func (s *Server) resolveForm(w http.ResponseWriter, r *http.Request, ss *session
 		return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is %s already; nothing to resolve", id, in.Charge.Status)
 	}
 	if r.PostFormValue("confirm") != "1" {
+		// Look again: the answer may have changed since the operator read it.
 		s.render(w, r, http.StatusOK, "confirm", view{Title: "Confirm resolution", Admin: ss.admin, CSRF: ss.csrf,
-			Data: confirmView{In: in, Form: q}})
+			Data: confirmView{In: in, Form: q, Acquirer: s.lookUp(r.Context(), in.Charge)}})
 		return nil
 	}
 	res, err := s.Resolve(r.Context(), ss.admin, id, q)
@@ -409,7 +415,8 @@ func (s *Server) resolveForm(w http.ResponseWriter, r *http.Request, ss *session
 			title = "The acquirer could not say what happened"
 		}
 		s.render(w, r, http.StatusConflict, "confirm", view{Title: title, Admin: ss.admin, CSRF: ss.csrf,
-			Error: chargeonce.ErrorMessage(err), Data: confirmView{In: in, Form: q, AcquirerAnswer: res.AcquirerAnswer, Disagrees: true}})
+			Error: chargeonce.ErrorMessage(err), Data: confirmView{In: in, Form: q, AcquirerAnswer: res.AcquirerAnswer, Disagrees: true,
+				Acquirer: s.lookUp(r.Context(), in.Charge)}})
 		return nil
 	}
 	if err != nil {
