@@ -262,5 +262,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	if list := text("#stuck"); !strings.Contains(list, "1,000 JPY") {
 		t.Fatalf("the stuck list:\n%s", list)
 	}
+	// An outage: more charges stuck, for two causes; the list groups them.
+	for i := range 3 {
+		apitest.Charge(t, e.api.URL, fmt.Sprintf("order-lost-%d", i), fmt.Sprintf(`{"order_id":%d,"amount_cents":%d,"payment_token":"tok_fail_after"}`, e.orders.Add(1), 12500+i*1000))
+	}
+	e.acq.down.Store(true)
+	apitest.Charge(t, e.api.URL, "order-7733-yen", fmt.Sprintf(`{"order_id":%d,"amount_cents":250000,"currency":"JPY","payment_token":"tok_ok"}`, e.orders.Add(1)))
+	e.acq.down.Store(false)
+	do("the grouped list", chromedp.Navigate(e.admin.URL+"/admin/"), chromedp.WaitVisible("#groups"))
+	page()
+	if g := text("#groups"); !strings.Contains(g, "could not be reached") || !strings.Contains(g, "251,000 JPY") {
+		t.Fatalf("the groups:\n%s", g)
+	}
+	shoot(ctx, t, "operators-groups")
 	t.Logf("visited %d pages in Chromium: %s; their widths in a 1280 px window: %v", len(pages), strings.Join(pages, " "), widths)
 }

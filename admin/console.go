@@ -89,6 +89,7 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /admin/search", s.page(s.search))
 	m.HandleFunc("GET /admin/charges/{id}", s.page(s.chargePage))
 	m.HandleFunc("POST /admin/charges/{id}/lookup", s.page(s.lookPage))
+	m.HandleFunc("POST /admin/bulk", s.page(s.bulkSettle))
 	m.HandleFunc("POST /admin/charges/{id}/resolve", s.page(s.resolveForm))
 	m.HandleFunc("GET /admin/audit", s.page(s.auditPage))
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
@@ -266,6 +267,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request, _ *session) erro
 
 // stuckView is the stuck list page's data.
 type stuckView struct {
+	Groups    []Group
 	Charges   []chargeonce.StuckCharge
 	HasMore   bool
 	Next      string
@@ -282,7 +284,7 @@ func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	if err != nil {
 		return err
 	}
-	d := stuckView{Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID, OlderThan: r.URL.Query().Get("older_than")}
+	d := stuckView{Groups: Groups(page.Charges), Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID, OlderThan: r.URL.Query().Get("older_than")}
 	if page.HasMore {
 		q := url.Values{"after": {page.Charges[len(page.Charges)-1].Charge.ID}}
 		if d.Merchant != "" {
