@@ -290,6 +290,20 @@ func Timeline(in chargeonce.ChargeInspection, stored []chargeonce.HistoryEntry) 
 		ChargeID: ch.ID, MerchantID: ch.MerchantID, At: ch.CreatedAt, Kind: chargeonce.HistoryInserted,
 		Actor: engine.ActorAttempt, Outcome: "processing", Derived: true,
 	}}
+	commonPath := ch.Status != chargeonce.StatusProcessing && len(stored) == 0
+	if !commonPath && !attemptAnswered(stored) {
+		// The attempt that inserted the charge commits its record before
+		// it calls the acquirer, and appends what the acquirer said only
+		// when it gets an answer it cannot settle from: no entry of its own
+		// means the attempt died (or its instance was killed) with the
+		// capture sent or about to be. Derived, so the common path writes
+		// nothing more.
+		out = append(out, chargeonce.HistoryEntry{
+			ChargeID: ch.ID, MerchantID: ch.MerchantID, At: ch.CreatedAt, Kind: chargeonce.HistoryCapture,
+			Actor: engine.ActorAttempt, Outcome: CaptureSentNoAnswer, Derived: true,
+			Detail: "the record was committed to send the capture; no answer from the acquirer was ever stored, so money may have moved: recovery looks the reference up before sending it again",
+		})
+	}
 	out = append(out, stored...)
 	if ch.Status == chargeonce.StatusProcessing {
 		return out
@@ -310,6 +324,21 @@ func Timeline(in chargeonce.ChargeInspection, stored []chargeonce.HistoryEntry) 
 		ChargeID: ch.ID, MerchantID: ch.MerchantID, At: in.UpdatedAt, Kind: chargeonce.HistorySettled,
 		Actor: settledBy(stored), Outcome: outcome, Derived: true,
 	})
+}
+
+// CaptureSentNoAnswer is the outcome of a capture whose answer was never
+// stored: the attempt that sent it died first.
+const CaptureSentNoAnswer = "sent, no answer stored"
+
+// attemptAnswered reports whether the attempt that inserted the charge
+// stored what came of its capture.
+func attemptAnswered(stored []chargeonce.HistoryEntry) bool {
+	for i := range stored {
+		if stored[i].Actor == engine.ActorAttempt {
+			return true
+		}
+	}
+	return false
 }
 
 // settledBy names who settled a charge: the last resolution's admin, or

@@ -22,7 +22,7 @@ type Group struct {
 // cause is what holds a stuck charge, in human words.
 func cause(c *chargeonce.StuckCharge) string {
 	if c.Last == nil {
-		return "no acquirer answer recorded"
+		return "capture sent, no answer stored"
 	}
 	return Human(*c.Last)
 }
