@@ -152,7 +152,8 @@ type ResolveParams struct {
 	Audit    HistoryEntry
 }
 
-// AuditListParams select a page of resolutions, newest first.
+// AuditListParams select a page of resolutions and refused resolutions,
+// newest first.
 type AuditListParams struct {
 	Limit int
 	// Before, an entry id, asks for the entries older than it.
@@ -193,7 +194,8 @@ type OperatorStore interface {
 	// entry as stored (its ID and At); ESTALE (and nothing written) when
 	// p.Complete.Token no longer owns a processing record.
 	ChargeResolve(ctx context.Context, p ResolveParams) (HistoryEntry, error)
-	// AuditList returns resolutions (the audit trail), newest first.
+	// AuditList returns resolutions and refused resolutions (the audit
+	// trail), newest first.
 	AuditList(ctx context.Context, p AuditListParams) ([]HistoryEntry, error)
 }
 

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -56,6 +57,10 @@ type Config struct {
 	// KeyTTL is how long the resolved answer is replayed (--key-ttl).
 	KeyTTL     time.Duration
 	SessionTTL time.Duration
+	// TrustedProxies are the proxies (addresses or networks) whose
+	// X-Forwarded-For names the client and whose X-Forwarded-Proto: https
+	// says the operator's browser speaks HTTPS (--admin-trusted-proxies).
+	TrustedProxies []netip.Prefix
 }
 
 // Server serves the admin API and the console.
@@ -67,6 +72,7 @@ type Server struct {
 	log      *slog.Logger
 	cfg      Config
 	sessions *sessions
+	guard    *guard
 	mux      *http.ServeMux
 }
 
@@ -96,7 +102,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store: cfg.Store, ops: ops, acquirer: cfg.Acquirer, keys: cfg.Keys, log: cfg.Logger, cfg: cfg,
-		sessions: newSessions(cfg.SessionTTL),
+		sessions: newSessions(cfg.SessionTTL), guard: newGuard(cfg.SessionTTL),
 	}
 	s.routes()
 	return s, nil
@@ -284,6 +290,20 @@ func Timeline(in chargeonce.ChargeInspection, stored []chargeonce.HistoryEntry) 
 		ChargeID: ch.ID, MerchantID: ch.MerchantID, At: ch.CreatedAt, Kind: chargeonce.HistoryInserted,
 		Actor: engine.ActorAttempt, Outcome: "processing", Derived: true,
 	}}
+	commonPath := ch.Status != chargeonce.StatusProcessing && len(stored) == 0
+	if !commonPath && !attemptAnswered(stored) {
+		// The attempt that inserted the charge commits its record before
+		// it calls the acquirer, and appends what the acquirer said only
+		// when it gets an answer it cannot settle from: no entry of its own
+		// means the attempt died (or its instance was killed) with the
+		// capture sent or about to be. Derived, so the common path writes
+		// nothing more.
+		out = append(out, chargeonce.HistoryEntry{
+			ChargeID: ch.ID, MerchantID: ch.MerchantID, At: ch.CreatedAt, Kind: chargeonce.HistoryCapture,
+			Actor: engine.ActorAttempt, Outcome: CaptureSentNoAnswer, Derived: true,
+			Detail: "the record was committed to send the capture; no answer from the acquirer was ever stored, so money may have moved: recovery looks the reference up before sending it again",
+		})
+	}
 	out = append(out, stored...)
 	if ch.Status == chargeonce.StatusProcessing {
 		return out
@@ -304,6 +324,21 @@ func Timeline(in chargeonce.ChargeInspection, stored []chargeonce.HistoryEntry) 
 		ChargeID: ch.ID, MerchantID: ch.MerchantID, At: in.UpdatedAt, Kind: chargeonce.HistorySettled,
 		Actor: settledBy(stored), Outcome: outcome, Derived: true,
 	})
+}
+
+// CaptureSentNoAnswer is the outcome of a capture whose answer was never
+// stored: the attempt that sent it died first.
+const CaptureSentNoAnswer = "sent, no answer stored"
+
+// attemptAnswered reports whether the attempt that inserted the charge
+// stored what came of its capture.
+func attemptAnswered(stored []chargeonce.HistoryEntry) bool {
+	for i := range stored {
+		if stored[i].Actor == engine.ActorAttempt {
+			return true
+		}
+	}
+	return false
 }
 
 // settledBy names who settled a charge: the last resolution's admin, or

@@ -343,7 +343,10 @@ func TestResolve(t *testing.T) {
 			}
 			st, b = e.call(t, "GET", "/admin/v1/audit", aliceKey, nil)
 			var audit struct{ Data []admin.EntryJSON }
-			if st != 200 || json.Unmarshal(b, &audit) != nil || len(audit.Data) != 1 || audit.Data[0].Reason != "refunded by hand, ticket 42" {
+			// The resolution, and before it the refused one (issue 34: refused
+			// resolutions belong in the trail too).
+			if st != 200 || json.Unmarshal(b, &audit) != nil || len(audit.Data) != 2 || audit.Data[0].Reason != "refunded by hand, ticket 42" ||
+				audit.Data[1].Kind != chargeonce.HistoryResolveRefused || audit.Data[1].Reason != "support says no" {
 				t.Fatalf("audit trail: %d %s", st, b)
 			}
 			// The resolve answer carries the audit entry as stored.

@@ -38,11 +38,19 @@ type apiHandler func(w http.ResponseWriter, r *http.Request, admin string) error
 func (s *Server) api(h apiHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		admin, ok := s.bearer(r)
+		addr := s.clientAddr(r)
+		var admin string
 		var err error
-		if !ok {
+		if allowed, wait := s.guard.allow(addr); !allowed {
+			err = tooManyFailures(wait)
+		} else if a, ok := s.bearer(r); !ok {
+			if r.Header.Get("Authorization") != "" {
+				s.guard.failed(addr)
+			}
 			err = chargeonce.Errorf(chargeonce.EUNAUTHORIZED, "send an admin key as Authorization: Bearer <admin-key>; merchants' API keys do not work here")
 		} else {
+			admin = a
+			s.guard.succeeded(addr)
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 			err = h(w, r, admin)
 		}
@@ -57,7 +65,7 @@ func (s *Server) api(h apiHandler) http.Handler {
 // logCall logs one admin call: every call, with the admin's name.
 func (s *Server) logCall(r *http.Request, admin string, status int, start time.Time, err error) {
 	attrs := []any{"admin", admin, "method", r.Method, "route", r.Pattern, "status", status,
-		"duration", time.Since(start).Round(time.Microsecond).String()}
+		"duration", time.Since(start).Round(time.Microsecond).String(), "client", s.clientAddr(r)}
 	if id := r.PathValue("id"); id != "" {
 		attrs = append(attrs, "charge_id", id)
 	}
@@ -68,6 +76,11 @@ func (s *Server) logCall(r *http.Request, admin string, status int, start time.T
 		admin = "-"
 		attrs[1] = admin
 	}
+	if status == http.StatusUnauthorized || status == http.StatusTooManyRequests {
+		// A wrong key, or too many of them: who tried is worth a warning.
+		s.log.Warn("admin call refused", attrs...)
+		return
+	}
 	s.log.Info("admin call", attrs...)
 }
 
@@ -77,6 +90,14 @@ func (s *Server) bearer(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return s.keys.lookup(strings.TrimSpace(token))
+}
+
+// tooManyFailures is the answer to an address (or everyone) past the
+// limit of wrong admin keys.
+func tooManyFailures(wait time.Duration) error {
+	e := chargeonce.Errorf(chargeonce.ERATELIMITED, "too many wrong admin keys from this address (or from everywhere): the key was not checked; retry later")
+	e.RetryAfter = max(wait, time.Second)
+	return e
 }
 
 // writeProblem answers err as problem+json and returns the status.

@@ -33,6 +33,9 @@ var pages = func() map[string]*template.Template {
 		"keyhash":  func(c chargeonce.Charge) string { return idempotency.KeyHash(c.MerchantID, c.IdempotencyKey) },
 		"urlpath":  url.PathEscape,
 		"isstatus": func(c chargeonce.Charge, s string) bool { return string(c.Status) == s },
+		"human":    Human,
+		"collapse": Collapse,
+		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
 	}
 	out := map[string]*template.Template{}
 	names, err := fs.Glob(templateFS, "templates/*.html")
@@ -68,13 +71,9 @@ func untilText(t time.Time) string {
 	return "in " + roundAge(d)
 }
 
-func money(cents int64, currency string) string {
-	sign := ""
-	if cents < 0 {
-		sign, cents = "-", -cents
-	}
-	return fmt.Sprintf("%s%d.%02d %s", sign, cents/100, cents%100, currency)
-}
+// money shows an amount in the currency's minor unit (ISO 4217): 1000 JPY
+// is "1,000 JPY", 1000 KWD "1.000 KWD".
+func money(minor int64, currency string) string { return chargeonce.FormatAmount(minor, currency) }
 
 // consoleRoutes mounts the web console.
 func (s *Server) consoleRoutes(m *http.ServeMux) {
@@ -89,6 +88,8 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /admin/logout", s.page(s.logout))
 	m.HandleFunc("POST /admin/search", s.page(s.search))
 	m.HandleFunc("GET /admin/charges/{id}", s.page(s.chargePage))
+	m.HandleFunc("POST /admin/charges/{id}/lookup", s.page(s.lookPage))
+	m.HandleFunc("POST /admin/bulk", s.page(s.bulkSettle))
 	m.HandleFunc("POST /admin/charges/{id}/resolve", s.page(s.resolveForm))
 	m.HandleFunc("GET /admin/audit", s.page(s.auditPage))
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
@@ -133,7 +134,7 @@ func (s *Server) page(h pageHandler) http.HandlerFunc {
 		}
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-			if !sameOrigin(r) || !ss.csrfOK(r) {
+			if !s.sameOrigin(r) || !ss.csrfOK(r) {
 				s.logCall(r, ss.admin, http.StatusForbidden, start, nil)
 				http.Error(w, "This form is stale or did not come from this console: go back, reload the page and try again.", http.StatusForbidden)
 				return
@@ -209,38 +210,64 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	securityHeaders(w)
+	addr := s.clientAddr(r)
+	// Refusals come before the body is read: a client past the limits
+	// holds no connection while it trickles a form in.
+	if allowed, wait := s.guard.allow(addr); !allowed {
+		s.refuseSignIn(w, r, start, wait)
+		return
+	}
+	release, ok := s.guard.signIn(addr)
+	if !ok {
+		s.refuseSignIn(w, r, start, time.Second)
+		return
+	}
+	defer release()
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	if !sameOrigin(r) {
+	if !s.sameOrigin(r) {
 		s.logCall(r, "", http.StatusForbidden, start, nil)
 		http.Error(w, "cross-site sign-in refused", http.StatusForbidden)
 		return
 	}
 	admin, ok := s.keys.lookup(strings.TrimSpace(r.PostFormValue("key")))
 	if !ok {
+		s.guard.failed(addr)
 		s.logCall(r, "", http.StatusUnauthorized, start, nil)
 		s.render(w, r, http.StatusUnauthorized, "login", view{Title: "Sign in", Error: "That is not an admin key. Merchants' API keys do not work here."})
 		return
 	}
+	s.guard.succeeded(addr)
 	id, _ := s.sessions.create(admin)
-	// Secure whenever the console is served over TLS; a loopback console
-	// over plain HTTP (the default) could not keep a Secure cookie.
-	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: Secure follows r.TLS, see above
-		Name: sessionCookie, Value: id, Path: "/admin/", HttpOnly: true, Secure: r.TLS != nil,
+	// Secure whenever the operator's browser speaks HTTPS (a TLS listener,
+	// or a trusted proxy that terminates TLS); a loopback console over
+	// plain HTTP (the default) could not keep a Secure cookie.
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: Secure follows s.secure, see above
+		Name: sessionCookie, Value: id, Path: "/admin/", HttpOnly: true, Secure: s.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: int(s.cfg.SessionTTL.Seconds()),
 	})
 	s.logCall(r, admin, http.StatusSeeOther, start, nil)
 	http.Redirect(w, r, "/admin/", http.StatusSeeOther)
 }
 
+// refuseSignIn answers a sign-in past the limits 429, unread.
+func (s *Server) refuseSignIn(w http.ResponseWriter, r *http.Request, start time.Time, wait time.Duration) {
+	secs := int(max(wait, time.Second).Round(time.Second).Seconds())
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	s.logCall(r, "", http.StatusTooManyRequests, start, nil)
+	s.render(w, r, http.StatusTooManyRequests, "login", view{Title: "Sign in",
+		Error: fmt.Sprintf("Too many sign-in attempts from your address: the key was not checked. Try again in %d s.", secs)})
+}
+
 func (s *Server) logout(w http.ResponseWriter, r *http.Request, _ *session) error {
 	s.sessions.end(r)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}) //nolint:gosec // G124: Secure follows r.TLS, as at login
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin/", MaxAge: -1, HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode}) //nolint:gosec // G124: Secure follows s.secure, as at login
 	http.Redirect(w, r, "/admin/login", http.StatusSeeOther)
 	return nil
 }
 
 // stuckView is the stuck list page's data.
 type stuckView struct {
+	Groups    []Group
 	Charges   []chargeonce.StuckCharge
 	HasMore   bool
 	Next      string
@@ -257,7 +284,7 @@ func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	if err != nil {
 		return err
 	}
-	d := stuckView{Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID, OlderThan: r.URL.Query().Get("older_than")}
+	d := stuckView{Groups: Groups(page.Charges), Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID, OlderThan: r.URL.Query().Get("older_than")}
 	if page.HasMore {
 		q := url.Values{"after": {page.Charges[len(page.Charges)-1].Charge.ID}}
 		if d.Merchant != "" {
@@ -342,7 +369,7 @@ func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session)
 		return err
 	}
 	s.render(w, r, http.StatusOK, "charge", view{Title: "Charge " + in.Charge.ID, Admin: ss.admin, CSRF: ss.csrf,
-		Data: chargeView{In: in, Timeline: tl, Form: ResolveRequest{Status: chargeonce.StatusCaptured}}})
+		Data: chargeView{In: in, Timeline: tl}})
 	return nil
 }
 
@@ -350,6 +377,7 @@ func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session)
 type confirmView struct {
 	In             chargeonce.ChargeInspection
 	Form           ResolveRequest
+	Acquirer       AcquirerView
 	AcquirerAnswer string
 	Disagrees      bool
 }
@@ -377,8 +405,9 @@ func (s *Server) resolveForm(w http.ResponseWriter, r *http.Request, ss *session
 		return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is %s already; nothing to resolve", id, in.Charge.Status)
 	}
 	if r.PostFormValue("confirm") != "1" {
+		// Look again: the answer may have changed since the operator read it.
 		s.render(w, r, http.StatusOK, "confirm", view{Title: "Confirm resolution", Admin: ss.admin, CSRF: ss.csrf,
-			Data: confirmView{In: in, Form: q}})
+			Data: confirmView{In: in, Form: q, Acquirer: s.lookUp(r.Context(), in.Charge)}})
 		return nil
 	}
 	res, err := s.Resolve(r.Context(), ss.admin, id, q)
@@ -388,7 +417,8 @@ func (s *Server) resolveForm(w http.ResponseWriter, r *http.Request, ss *session
 			title = "The acquirer could not say what happened"
 		}
 		s.render(w, r, http.StatusConflict, "confirm", view{Title: title, Admin: ss.admin, CSRF: ss.csrf,
-			Error: chargeonce.ErrorMessage(err), Data: confirmView{In: in, Form: q, AcquirerAnswer: res.AcquirerAnswer, Disagrees: true}})
+			Error: chargeonce.ErrorMessage(err), Data: confirmView{In: in, Form: q, AcquirerAnswer: res.AcquirerAnswer, Disagrees: true,
+				Acquirer: s.lookUp(r.Context(), in.Charge)}})
 		return nil
 	}
 	if err != nil {

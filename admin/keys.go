@@ -1,11 +1,15 @@
 package admin
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strings"
+	"sync"
 )
 
 // DemoKeys is the admin key serve runs with when --admin-addr is a loopback
@@ -23,7 +27,14 @@ type Keys struct {
 type keyEntry struct {
 	digest [sha256.Size]byte
 	name   string
+	// bits estimates the key's entropy (0 when it is known to be tiny;
+	// -1 when only its digest is known and nothing says it is weak).
+	bits float64
 }
+
+// MinKeyBits is the least entropy an admin key must have: serve refuses
+// weaker keys at start. `chargeonce admin-key new` makes 256-bit keys.
+const MinKeyBits = 128
 
 // ParseKeys parses admin keys, one "name:sha256:<64 hex digits>" (or
 // "name:secret") per line; blank lines and # comments are ignored. Errors
@@ -45,20 +56,25 @@ func ParseKeys(spec string) (*Keys, error) {
 			return nil, fmt.Errorf("line %d: an admin's name is letters, digits and . _ - @ only", n+1)
 		}
 		var d [sha256.Size]byte
+		bits := -1.0
 		if h, isDigest := strings.CutPrefix(secret, "sha256:"); isDigest {
 			b, err := hex.DecodeString(h)
 			if err != nil || len(b) != sha256.Size {
 				return nil, fmt.Errorf("line %d (admin %q): a digest is sha256: followed by 64 hex digits (as printed by sha256sum)", n+1, name)
 			}
 			copy(d[:], b)
+			if tinyDigest(d) {
+				bits = 0
+			}
 		} else {
 			d = sha256.Sum256([]byte(secret))
+			bits = EstimateBits(secret)
 		}
 		if other, dup := seen[d]; dup {
 			return nil, fmt.Errorf("line %d: admins %q and %q share a key", n+1, other, name)
 		}
 		seen[d] = name
-		k.entries = append(k.entries, keyEntry{digest: d, name: name})
+		k.entries = append(k.entries, keyEntry{digest: d, name: name, bits: bits})
 	}
 	if len(k.entries) == 0 {
 		return nil, fmt.Errorf("no admin keys given")
@@ -74,6 +90,96 @@ func visibleName(s string) bool {
 		}
 	}
 	return s != "" && len(s) <= 64
+}
+
+// Weak returns the admins whose key has less than MinKeyBits of entropy:
+// a key given in clear, estimated from its length and alphabet, or a
+// digest of a key of one or two characters. (A digest of another weak key
+// cannot be told apart; `chargeonce admin-key new` makes strong ones.)
+func (k *Keys) Weak() []string {
+	var out []string
+	for _, e := range k.entries {
+		if e.bits >= 0 && e.bits < MinKeyBits {
+			out = append(out, e.name)
+		}
+	}
+	return out
+}
+
+// EstimateBits estimates a secret's entropy, in bits, as a guesser who
+// knows its length and which kinds of characters it uses would count:
+// length × log2(the alphabet those kinds make up), and no more than a
+// secret of that many distinct characters could hold. It overestimates
+// a word or a pattern, never a random key.
+func EstimateBits(secret string) float64 {
+	var lower, upper, digit, other bool
+	distinct := map[rune]bool{}
+	n := 0
+	for _, c := range secret {
+		n++
+		distinct[c] = true
+		switch {
+		case c >= 'a' && c <= 'z':
+			lower = true
+		case c >= 'A' && c <= 'Z':
+			upper = true
+		case c >= '0' && c <= '9':
+			digit = true
+		default:
+			other = true
+		}
+	}
+	alphabet := 0
+	for _, k := range []struct {
+		used bool
+		size int
+	}{{lower, 26}, {upper, 26}, {digit, 10}, {other, 33}} {
+		if k.used {
+			alphabet += k.size
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	// A key of few distinct characters ("aaaa…", "abab…") is guessed from
+	// that smaller alphabet.
+	alphabet = min(alphabet, max(len(distinct)*2, 2))
+	return float64(n) * math.Log2(float64(alphabet))
+}
+
+// tinyDigest reports whether d is the digest of a key of one or two
+// printable ASCII characters.
+func tinyDigest(d [sha256.Size]byte) bool {
+	tinyOnce.Do(func() {
+		tiny = map[[sha256.Size]byte]bool{}
+		for a := byte(' '); a <= '~'; a++ {
+			tiny[sha256.Sum256([]byte{a})] = true
+			for b := byte(' '); b <= '~'; b++ {
+				tiny[sha256.Sum256([]byte{a, b})] = true
+			}
+		}
+	})
+	return tiny[d]
+}
+
+var (
+	tinyOnce sync.Once
+	tiny     map[[sha256.Size]byte]bool
+)
+
+// NewKey returns a new admin key of 256 random bits, and the line that
+// gives it to name in --admin-keys-file.
+func NewKey(name string) (key, line string, err error) {
+	if !visibleName(name) {
+		return "", "", fmt.Errorf("an admin's name is letters, digits and . _ - @ only (at most 64)")
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", err
+	}
+	key = "ak_" + base64.RawURLEncoding.EncodeToString(b)
+	d := sha256.Sum256([]byte(key))
+	return key, name + ":sha256:" + hex.EncodeToString(d[:]), nil
 }
 
 // Digests returns the keys' SHA-256 digests, so that serve can refuse an

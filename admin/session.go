@@ -98,14 +98,15 @@ func (s *session) csrfOK(r *http.Request) bool {
 // sameOrigin refuses a cross-site form post: browsers send Sec-Fetch-Site
 // (and Origin) with every POST, and a page of another site cannot forge
 // them. A client that sends neither (curl) is let through to the CSRF
-// token check.
-func sameOrigin(r *http.Request) bool {
+// token check. The origin's scheme is https when the browser speaks HTTPS
+// to us or to a trusted proxy in front (X-Forwarded-Proto).
+func (s *Server) sameOrigin(r *http.Request) bool {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return false
 	}
 	if o := r.Header.Get("Origin"); o != "" && o != "null" {
 		scheme := "http://"
-		if r.TLS != nil {
+		if s.secure(r) {
 			scheme = "https://"
 		}
 		return o == scheme+r.Host

@@ -41,7 +41,7 @@ func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := s.readMerchantBody(w, r, merchant.ID)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

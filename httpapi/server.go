@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -31,6 +32,10 @@ type Server struct {
 	mux      *http.ServeMux
 	// webhooksAllowPrivate lets endpoints be http:// and private addresses.
 	webhooksAllowPrivate bool
+	// bodies counts each merchant's request bodies being read.
+	bodies *shares
+	// reads gives each merchant its share of reads in flight.
+	reads *readShares
 }
 
 // OutcomeObserver is told the answer to every charge attempt the engine
@@ -58,12 +63,21 @@ type Config struct {
 	// WebhooksAllowPrivate accepts webhook endpoint URLs that are http://
 	// or name private addresses (--webhooks-allow-private).
 	WebhooksAllowPrivate bool
+	// MaxReadsPerMerchant is how many reads (GET /v1/…) of one merchant run
+	// at once (DefaultMaxReadsPerMerchant when 0); more wait up to
+	// ReadShareWait, then are answered 429.
+	MaxReadsPerMerchant int
 }
 
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux(),
-		webhooksAllowPrivate: cfg.WebhooksAllowPrivate}
+		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, bodies: newShares(MaxBodyReadsPerMerchant, "request bodies arriving")}
+	perReads := cfg.MaxReadsPerMerchant
+	if perReads <= 0 {
+		perReads = DefaultMaxReadsPerMerchant
+	}
+	s.reads = newReadShares(perReads)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -89,7 +103,31 @@ func New(cfg Config) *Server {
 // ServeHTTP implements http.Handler. Every answer carries a Request-Id
 // (LogRequests gives one; without it, ServeHTTP does).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, withRequestID(w, r))
+	r = withRequestID(w, r)
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/") {
+		// Reads share the database fairly: each merchant gets its share
+		// of reads in flight (SPEC "Tenants share the service fairly"). A
+		// request without a valid key goes on to its handler's 401.
+		if m, ok := s.keys.lookup(bearerToken(r)); ok {
+			release, err := s.reads.take(r, m.ID)
+			if err != nil {
+				noteMerchant(r, m.ID)
+				s.writeError(w, r, err)
+				return
+			}
+			defer release()
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// bearerToken is r's bearer token, or "".
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
 }
 
 func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +145,7 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := s.readMerchantBody(w, r, merchant.ID)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -187,6 +225,13 @@ func (s *Server) getOne(w http.ResponseWriter, r *http.Request, what string, get
 	writeJSON(w, http.StatusOK, body)
 }
 
+// HealthCheck reports whether r is a health check (GET /healthz or
+// /readyz): the requests a listener's reserve of connections serves when
+// every other connection is busy (httpserve.Config.Reserved).
+func HealthCheck(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 }
@@ -217,6 +262,17 @@ var (
 	problemJSON     = []string{"application/problem+json"}
 	replayedTrue    = []string{"true"}
 )
+
+// readMerchantBody reads an authenticated request's body within the
+// merchant's share of bodies arriving at once.
+func (s *Server) readMerchantBody(w http.ResponseWriter, r *http.Request, merchant string) ([]byte, error) {
+	release, err := s.bodies.take(merchant)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return readBody(w, r)
+}
 
 // readBody reads a request body of at most MaxBodyBytes; a larger one is
 // ETOOLARGE.

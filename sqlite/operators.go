@@ -149,7 +149,7 @@ func (s *Store) AuditList(ctx context.Context, p chargeonce.AuditListParams) ([]
 	}
 	return s.historyQuery(ctx, "reading the audit trail", `
 SELECT `+historyColumnsH+` FROM charge_history h
-WHERE h.kind = 'resolution' AND (?1 = 0 OR h.id < ?1)
+WHERE h.kind IN ('resolution', 'resolve-refused') AND (?1 = 0 OR h.id < ?1)
 ORDER BY h.id DESC LIMIT ?2`, p.Before, p.Limit)
 }
 

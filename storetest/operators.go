@@ -348,6 +348,17 @@ func testResolveTakesOverAndAudits(t *testing.T, s chargeonce.Store, o chargeonc
 	if audit, _ := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10, Before: a.ID}); len(audit) != 0 {
 		t.Fatalf("audit trail before the first entry = %+v", audit)
 	}
+	// A refused resolution is in the trail too, newest first; other history
+	// is not.
+	if err := o.HistoryAppend(t.Context(),
+		chargeonce.HistoryEntry{ChargeID: p.Charge.ID, MerchantID: "m1", Kind: chargeonce.HistoryLookup, Actor: "recovery", Outcome: "unsure"},
+		chargeonce.HistoryEntry{ChargeID: p.Charge.ID, MerchantID: "m1", Kind: chargeonce.HistoryResolveRefused, Actor: "admin:bob", Outcome: "refused: wanted captured", Reason: "ticket 9"},
+	); err != nil {
+		t.Fatalf("HistoryAppend: %v", err)
+	}
+	if audit, _ := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10}); len(audit) != 2 || audit[0].Kind != chargeonce.HistoryResolveRefused || audit[0].Actor != "admin:bob" || audit[1].ID != a.ID {
+		t.Fatalf("audit trail with a refused resolution = %+v; want it first, then the resolution", audit)
+	}
 }
 
 func testResolveNotProcessing(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {

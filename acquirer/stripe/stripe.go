@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -143,11 +144,43 @@ func New(opts Options) (*Acquirer, error) {
 	return &Acquirer{sc: sc, opts: opts}, nil
 }
 
+// Amount maps an amount in the currency's ISO 4217 minor unit (a
+// charge's amount_cents: whole yen, fils for KWD) to Stripe's amount for
+// it. Stripe's amounts are minor units too, with exceptions Stripe keeps
+// for compatibility (https://docs.stripe.com/currencies): ISK, zero-decimal
+// in ISO 4217, is two-decimal at Stripe (×100); MGA, two-decimal in ISO
+// 4217, is zero-decimal at Stripe (÷100, whole ariary only); and the
+// three-decimal currencies (BHD, JOD, KWD, OMR, TND) must end in 0. An
+// amount Stripe cannot take is an error, never rounded: rounding would
+// charge a different amount than the merchant asked for.
+func Amount(minor int64, currency string) (int64, error) {
+	switch c := strings.ToUpper(currency); {
+	case c == "ISK":
+		if minor > math.MaxInt64/100 {
+			return 0, fmt.Errorf("amount %d ISK is too large", minor)
+		}
+		return minor * 100, nil
+	case c == "MGA":
+		if minor%100 != 0 {
+			return 0, fmt.Errorf("whole ariary only at Stripe: %s is not a multiple of 1 MGA", chargeonce.FormatAmount(minor, c))
+		}
+		return minor / 100, nil
+	case chargeonce.CurrencyExponent(c) == 3 && minor%10 != 0:
+		return 0, fmt.Errorf("three-decimal amounts must end in 0 at Stripe: %s does not (amount_cents %d)", chargeonce.FormatAmount(minor, c), minor)
+	}
+	return minor, nil
+}
+
 // Capture creates and confirms a PaymentIntent for req, with req.Reference
 // as its Idempotency-Key. See the package documentation for the outcomes.
 func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
+	amount, err := Amount(req.AmountCents, req.Currency)
+	if err != nil {
+		// Refused before Stripe is called: nothing was sent, nothing moved.
+		return chargeonce.CaptureResult{}, fmt.Errorf("%w: %w", chargeonce.ErrCaptureRejected, err)
+	}
 	params := &stripego.PaymentIntentCreateParams{
-		Amount:        stripego.Int64(req.AmountCents),
+		Amount:        stripego.Int64(amount),
 		Currency:      stripego.String(strings.ToLower(req.Currency)),
 		PaymentMethod: stripego.String(req.PaymentToken),
 		Confirm:       stripego.Bool(true),

@@ -2,7 +2,9 @@ package stripe_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -309,5 +311,46 @@ func TestRetrieveBindsOperators(t *testing.T) {
 	}
 	if _, err := e.acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_other", AcquirerID: ids["ch_async"]}); err == nil {
 		t.Fatal("a PaymentIntent of another reference: want an error")
+	}
+}
+
+// TestAmountsInMinorUnits: a charge's amount is the currency's ISO 4217
+// minor unit, and reaches Stripe as Stripe counts it: ¥1,000 is 1000, 1,000
+// fils 1000, 1,000 ISK 100000 (Stripe's two-decimal ISK); a KWD amount not
+// ending in 0 or a fraction of an ariary is refused before Stripe is
+// called, never rounded.
+func TestAmountsInMinorUnits(t *testing.T) {
+	t.Parallel()
+	e := setup(t, stripetest.Options{}, stripe.Options{}, 0)
+	for i, tc := range []struct {
+		minor    int64
+		currency string
+		want     int64 // 0: refused
+	}{
+		{1000, "JPY", 1000},
+		{1000, "KWD", 1000},
+		{1990, "BRL", 1990},
+		{1000, "ISK", 100000},
+		{150000, "MGA", 1500},
+		{1005, "KWD", 0},
+		{150050, "MGA", 0},
+	} {
+		req := capture(fmt.Sprintf("ch_amount_%d", i), stripetest.PMOK)
+		req.AmountCents, req.Currency = tc.minor, tc.currency
+		before := len(e.fake.Intents())
+		res, err := e.acq.Capture(t.Context(), req)
+		if tc.want == 0 {
+			if !errors.Is(err, chargeonce.ErrCaptureRejected) || len(e.fake.Intents()) != before {
+				t.Errorf("%d %s: %+v, %v; want a rejection and no PaymentIntent", tc.minor, tc.currency, res, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%d %s: %v", tc.minor, tc.currency, err)
+		}
+		pis := e.fake.Intents()
+		if got := pis[len(pis)-1]; got.Amount != tc.want || got.Currency != strings.ToLower(tc.currency) {
+			t.Errorf("%s (amount_cents %d): Stripe got %d %s; want %d", chargeonce.FormatAmount(tc.minor, tc.currency), tc.minor, got.Amount, got.Currency, tc.want)
+		}
 	}
 }

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/chargeonce/chargeonce/admin"
 	"github.com/chargeonce/chargeonce/httpapi"
@@ -44,7 +49,50 @@ func (c *serveConfig) adminKeys(merchants *httpapi.Keys, log *slog.Logger) (*adm
 			return nil, fmt.Errorf("--admin-keys-file: an admin key is also a merchant's API key; admin and merchant keys must differ")
 		}
 	}
+	if weak := keys.Weak(); c.adminKeysFile != "" && len(weak) > 0 {
+		return nil, fmt.Errorf("--admin-keys-file %s: the admin key of %s has less than %d bits of entropy and could be guessed; make one with `chargeonce admin-key new --name NAME`",
+			c.adminKeysFile, strings.Join(weak, ", "), admin.MinKeyBits)
+	}
 	return keys, nil
+}
+
+// adminTLS loads --admin-tls-cert and --admin-tls-key, or returns nil when
+// neither is given.
+func (c *serveConfig) adminTLS() (*tls.Config, error) {
+	if c.adminTLSCert == "" && c.adminTLSKey == "" {
+		return nil, nil
+	}
+	if c.adminTLSCert == "" || c.adminTLSKey == "" {
+		return nil, errors.New("--admin-tls-cert and --admin-tls-key go together: give both, or neither")
+	}
+	cert, err := tls.LoadX509KeyPair(c.adminTLSCert, c.adminTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-tls-cert/--admin-tls-key: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// trustedProxies parses --admin-trusted-proxies: addresses (a /32 or /128)
+// and networks.
+func (c *serveConfig) trustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(c.adminTrustedProxies, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-trusted-proxies: %q is neither an address nor a network (10.0.0.5, 10.0.0.0/8, fd00::/8)", f)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }
 
 // serveAdmin serves the operators' API and console on --admin-addr and
@@ -54,9 +102,17 @@ func (c *serveConfig) serveAdmin(ctx context.Context, rt *runtime, merchants *ht
 	if err != nil {
 		return nil, err
 	}
+	tlsConfig, err := c.adminTLS()
+	if err != nil {
+		return nil, err
+	}
+	proxies, err := c.trustedProxies()
+	if err != nil {
+		return nil, err
+	}
 	h, err := admin.New(admin.Config{
 		Store: rt.operators(), Acquirer: rt.acquirer, Keys: keys, Logger: log,
-		Lease: c.lease, AcquirerTimeout: c.acq.timeout, KeyTTL: c.keyTTL,
+		Lease: c.lease, AcquirerTimeout: c.acq.timeout, KeyTTL: c.keyTTL, TrustedProxies: proxies,
 	})
 	if err != nil {
 		return nil, err
@@ -65,10 +121,42 @@ func (c *serveConfig) serveAdmin(ctx context.Context, rt *runtime, merchants *ht
 	if err != nil {
 		return nil, fmt.Errorf("--admin-addr: %w", err)
 	}
+	// A reserve of connections serves signed-in operators and the sign-in
+	// page only: nobody without an admin key can fill it.
 	srv := httpserve.New(httpserve.Config{Name: "admin", Handler: h, Logger: log, MaxConns: adminMaxConns,
-		WriteTimeout: c.acq.timeout + handlerSlack})
+		WriteTimeout: c.acq.timeout + handlerSlack, Reserved: h.Reserved, TLS: tlsConfig})
 	rt.metrics.Connections("admin", srv.Stats)
 	go func() { _ = srv.Serve(ln) }()
-	log.Info("admin listening", "addr", ln.Addr().String())
+	log.Info("admin listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "trusted_proxies", len(proxies))
 	return func() { _ = srv.Close() }, nil
+}
+
+// runAdminKey is `chargeonce admin-key new --name NAME`: it prints a new
+// admin key of 256 random bits, for the admin, and its digest line, for
+// --admin-keys-file. The key is kept nowhere.
+func runAdminKey(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("admin-key", stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: chargeonce admin-key new --name NAME\n\n")
+		printFlags(stderr, fs)
+	}
+	if len(args) == 0 || args[0] != "new" {
+		fs.Usage()
+		return usageError("admin-key: the only sub-command is new")
+	}
+	var name string
+	fs.StringVar(&name, "name", "", "the admin's name, as the audit trail shows it (letters, digits and . _ - @)")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if name == "" {
+		return usageError("admin-key new: --name is required")
+	}
+	key, line, err := admin.NewKey(name)
+	if err != nil {
+		return fmt.Errorf("--name: %w", err)
+	}
+	fmt.Fprintf(stdout, "# The admin key of %s (256 random bits). Give it to %s; it is kept nowhere else:\n%s\n", name, name, key)
+	fmt.Fprintf(stdout, "# Its line for --admin-keys-file (the digest only):\n%s\n", line)
+	return nil
 }

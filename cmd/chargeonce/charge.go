@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/client"
 )
 
@@ -32,7 +33,7 @@ type intentFlags struct {
 
 func (f *intentFlags) register(fs *flag.FlagSet, keyHelp, timeoutHelp string) {
 	fs.Int64Var(&f.order, "order", 0, "order id (required, positive)")
-	fs.Int64Var(&f.amount, "amount", 0, "amount in cents (required, positive)")
+	fs.Int64Var(&f.amount, "amount", 0, "amount in the currency's minor unit per ISO 4217: cents for USD, whole yen for JPY, fils for KWD (required, positive)")
 	fs.StringVar(&f.token, "token", DefaultToken, "payment token (test tokens: tok_ok, tok_declined, tok_slow, tok_fail_before, tok_fail_after)")
 	fs.StringVar(&f.key, "key", "", keyHelp)
 	fs.StringVar(&f.currency, "currency", DefaultCurrency, "ISO 4217 currency code")
@@ -95,7 +96,7 @@ func runCharge(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if c.key == "" {
 		c.key = client.NewIdempotencyKey()
 	}
-	fmt.Fprintf(stderr, "charging order %d, %d cents %s, at %s with Idempotency-Key %s\n", c.order, c.amount, c.currency, c.url, c.key)
+	fmt.Fprintf(stderr, "charging order %d, %s, at %s with Idempotency-Key %s\n", c.order, chargeonce.FormatAmount(c.amount, c.currency), c.url, c.key)
 
 	cl := client.New(c.url, c.apiKey,
 		client.WithAttemptTimeout(c.attemptTimeout),

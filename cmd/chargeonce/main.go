@@ -10,6 +10,7 @@
 //	chargeonce worker     consumes charge requests from NATS JetStream
 //	chargeonce publish    sends one charge request to the queue, prints its result
 //	chargeonce resolve    settles a stuck charge as an operator decided (admin API)
+//	chargeonce admin-key  makes a new admin key and its --admin-keys-file line
 //	chargeonce version    prints the version (also --version, -v)
 //
 // Every flag has an environment twin: --key-ttl is CHARGEONCE_KEY_TTL.
@@ -47,6 +48,7 @@ func commands() []command {
 		{"worker", "consume charge requests from NATS JetStream (with recovery and the outbox publisher)", runWorker},
 		{"publish", "send one charge request to the queue and print its result", runPublish},
 		{"resolve", "settle a stuck charge as an operator decided, through the admin API", runResolve},
+		{"admin-key", "make a new admin key and its line for --admin-keys-file (admin-key new --name NAME)", runAdminKey},
 		{"version", "print the version, the commit and the schema version of each store", runVersion},
 	}
 }

@@ -26,6 +26,8 @@ type serveConfig struct {
 	runtimeFlags
 	addr, apiKeys, apiKeysFile, metricsAddr string
 	adminAddr, adminKeysFile                string
+	adminTLSCert, adminTLSKey               string
+	adminTrustedProxies                     string
 	maxConns                                int
 }
 
@@ -39,6 +41,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.maxConns, "max-conns", httpserve.DefaultMaxConns, "the most connections --addr keeps open; at the cap a new one evicts the longest idle, and is refused (503) when none is idle. Lowered to fit the file descriptor limit")
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "serve the operators' API (/admin/v1/) and web console (/admin/) on this address of its own; off when empty (docs/operators.md)")
 	fs.StringVar(&c.adminKeysFile, "admin-keys-file", "", "a file of admin keys, name:sha256:<hex> per line; required when --admin-addr is not a loopback address (default on loopback: admin operator, key ak_test_demo)")
+	fs.StringVar(&c.adminTLSCert, "admin-tls-cert", "", "serve --admin-addr over HTTPS with this certificate file (PEM; with --admin-tls-key)")
+	fs.StringVar(&c.adminTLSKey, "admin-tls-key", "", "the private key file (PEM) of --admin-tls-cert")
+	fs.StringVar(&c.adminTrustedProxies, "admin-trusted-proxies", "", "addresses or networks (comma-separated, e.g. 10.0.0.5,192.168.0.0/24) of proxies in front of --admin-addr: their X-Forwarded-For names the client and X-Forwarded-Proto: https marks the console as served over HTTPS")
 	c.register(fs)
 	withTracingHelp(fs, stderr)
 	if err := parseFlags(fs, args); err != nil {
@@ -107,6 +112,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxConns: c.maxConns,
 		// A charge may wait for a slot, then for the acquirer.
 		WriteTimeout: c.admissionWait + c.acq.timeout + handlerSlack,
+		// Health checks are never stopped (SPEC "Tenants share the
+		// service fairly"): a reserve of connections serves nothing else.
+		Reserved: httpapi.HealthCheck,
 	})
 	rt.metrics.Connections("api", srv.Stats)
 	rt.start(ctx)

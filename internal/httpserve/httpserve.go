@@ -9,6 +9,7 @@ package httpserve
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -57,7 +58,28 @@ type Config struct {
 	// handler that may legitimately take longer (an acquirer call, a slow
 	// simulated capture) must still be able to answer.
 	WriteTimeout time.Duration
+	// Reserve is how many of MaxConns are kept for the requests Reserved
+	// approves (DefaultReserve when 0 and Reserved is set; none without
+	// Reserved): once the other connections are all busy, a new connection
+	// is admitted into the reserve, where any other request is answered
+	// 503 without its body being read, and the connection closed. Slow
+	// clients by the thousand then never stop /healthz or a signed-in
+	// operator from being served.
+	Reserve int
+	// Reserved reports whether r may be served on a reserve connection. It
+	// must be cheap and must not read the body.
+	Reserved func(r *http.Request) bool
+	// TLS, when set, serves HTTPS with it (its Certificates or
+	// GetCertificate).
+	TLS *tls.Config
 }
+
+// DefaultReserve is Config.Reserve's default.
+const DefaultReserve = 64
+
+// reserveKey marks the context of a request that arrived on a reserve
+// connection.
+type reserveKey struct{}
 
 // Server is an http.Server with chargeonce's limits and a connection cap.
 type Server struct {
@@ -82,10 +104,21 @@ func New(cfg Config) *Server {
 		log.Warn("connection cap lowered to fit the file descriptor limit", "listener", cfg.Name, "max_conns", maxConns, "lowered_to", fit)
 		maxConns = fit
 	}
-	conns := NewLimiter(maxConns)
+	reserve := 0
+	handler := cfg.Handler
+	if cfg.Reserved != nil {
+		reserve = cfg.Reserve
+		if reserve <= 0 {
+			reserve = DefaultReserve
+		}
+		handler = reserved(handler, cfg.Reserved)
+	}
+	conns := NewLimiterReserve(maxConns, min(reserve, maxConns/2))
 	return &Server{
 		HTTP: &http.Server{
-			Handler:           cfg.Handler,
+			Handler:           guardBody(handler),
+			TLSConfig:         cfg.TLS,
+			ConnContext:       connContext,
 			MaxHeaderBytes:    MaxHeaderBytes,
 			ReadHeaderTimeout: ReadHeaderTimeout,
 			ReadTimeout:       ReadTimeout,
@@ -102,7 +135,39 @@ func New(cfg Config) *Server {
 
 // Serve serves on ln, capped, until Shutdown or Close.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.HTTP.TLSConfig != nil {
+		return s.HTTP.ServeTLS(s.conns.Listener(ln), "", "")
+	}
 	return s.HTTP.Serve(s.conns.Listener(ln))
+}
+
+// connContext marks the requests of a reserve connection.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if _, ok := c.(*reservedConn); ok {
+		return context.WithValue(ctx, reserveKey{}, true)
+	}
+	return ctx
+}
+
+// reserveRefusal answers a request the reserve is not kept for.
+const reserveRefusal = "the server is busy; retry\n"
+
+// reserved serves, on a reserve connection, only the requests ok approves.
+func reserved(h http.Handler, ok func(*http.Request) bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if in, _ := r.Context().Value(reserveKey{}).(bool); in && !ok(r) {
+			w.Header().Set("Connection", "close")
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(reserveRefusal))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Shutdown stops accepting and waits for requests in flight (see

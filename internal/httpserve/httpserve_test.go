@@ -115,6 +115,7 @@ func TestCapEvictsLongestIdle(t *testing.T) {
 		waitIdle(t, srv, 3)
 	}
 
+	time.Sleep(150 * time.Millisecond) // idle past the eviction grace
 	late := dial(t, addr)
 	if st := get(t, late); st != "200 OK" {
 		t.Fatalf("the connection over the cap: %s; want it served", st)
@@ -208,4 +209,139 @@ func TestLimits(t *testing.T) {
 		t.Errorf("default cap %d", st.Max)
 	}
 	_ = srv.Shutdown(context.Background())
+}
+
+// serveWith starts a Server for cfg on a loopback port.
+func serveWith(t *testing.T, cfg httpserve.Config) (*httpserve.Server, string) {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httpserve.New(cfg)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return srv, ln.Addr().String()
+}
+
+// TestReserveServesOnlyReservedRequests: with every ordinary connection
+// busy, a health check is served on a reserve connection, any other request
+// there is answered 503 without its body being read, and the reserve never
+// turns into ordinary connections (a busy reserve refuses the next one).
+func TestReserveServesOnlyReservedRequests(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			<-release
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	srv, addr := serveWith(t, httpserve.Config{Handler: h, MaxConns: 4, Reserve: 2,
+		Reserved: func(r *http.Request) bool { return r.URL.Path == "/healthz" }})
+	defer close(release)
+	for range 2 {
+		c := dial(t, addr)
+		if _, err := io.WriteString(c, "GET /busy HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st := srv.Stats(); st.Open != 2 || st.Idle != 0; st = srv.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", srv.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Another ordinary request lands in the reserve: 503, closed at once,
+	// its body never read.
+	c := dial(t, addr)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := io.WriteString(c, "POST /busy HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close || !closed(c) {
+		t.Errorf("an ordinary request on a reserve connection: %s, close %v; want 503 and the connection closed", resp.Status, resp.Close)
+	}
+	t.Logf("refused in the reserve in %s", time.Since(start).Round(time.Microsecond))
+	// Health checks are served there, twice over (both reserve slots).
+	for i := range 2 {
+		hc := dial(t, addr)
+		_ = hc.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.WriteString(hc, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(hc), nil)
+		if err != nil {
+			t.Fatalf("health check %d: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("health check %d: %s", i, resp.Status)
+		}
+	}
+	if st := srv.Stats(); st.InReserve != 2 || st.Reserve != 2 {
+		t.Errorf("stats %+v; want 2 in the reserve of 2", st)
+	}
+}
+
+// TestUnreadBodyNeverHoldsTheConnection: a handler that answers without
+// reading the body (a 401 before the body) is not held by a body that
+// trickles in; one that reads it gets BodyReadTimeout.
+func TestUnreadBodyNeverHoldsTheConnection(t *testing.T) {
+	t.Parallel()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			http.Error(w, "no key", http.StatusUnauthorized)
+			return
+		}
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, "slow body", http.StatusBadRequest)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	_, addr := serveWith(t, httpserve.Config{Handler: h})
+	for _, tc := range []struct {
+		header string
+		want   int
+		within time.Duration
+	}{
+		{"", http.StatusUnauthorized, time.Second},
+		{"Authorization: Bearer k\r\n", http.StatusBadRequest, httpserve.BodyReadTimeout + 2*time.Second},
+	} {
+		c := dial(t, addr)
+		stop := make(chan struct{})
+		go func() { // a byte every 200 ms, as slow as a client may be
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Millisecond):
+					_, _ = c.Write([]byte("x"))
+				}
+			}
+		}()
+		start := time.Now()
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\n"+tc.header+"Content-Length: 100000\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			close(stop)
+			t.Fatalf("%q: %v", tc.header, err)
+		}
+		resp.Body.Close()
+		isClosed := closed(c)
+		took := time.Since(start)
+		close(stop)
+		t.Logf("%q: %s, closed after %s", tc.header, resp.Status, took.Round(time.Millisecond))
+		if resp.StatusCode != tc.want || !isClosed || took > tc.within {
+			t.Errorf("%q: %s, closed %v after %s; want %d and closed within %s", tc.header, resp.Status, isClosed, took, tc.want, tc.within)
+		}
+	}
 }

@@ -1,0 +1,120 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// Group is the stuck charges that share a cause (their last outcome in
+// human words), for working an outage a group at a time.
+type Group struct {
+	Cause  string
+	Count  int
+	Totals []string // the amounts, summed per currency
+	Oldest time.Duration
+}
+
+// cause is what holds a stuck charge, in human words.
+func cause(c *chargeonce.StuckCharge) string {
+	if c.Last == nil {
+		return "capture sent, no answer stored"
+	}
+	return Human(*c.Last)
+}
+
+// Groups groups stuck charges by cause, the largest group first.
+func Groups(cs []chargeonce.StuckCharge) []Group {
+	byCause := map[string]*Group{}
+	sums := map[string]map[string]int64{}
+	var order []string
+	for i := range cs {
+		c := &cs[i]
+		k := cause(c)
+		g := byCause[k]
+		if g == nil {
+			g = &Group{Cause: k}
+			byCause[k] = g
+			sums[k] = map[string]int64{}
+			order = append(order, k)
+		}
+		g.Count++
+		g.Oldest = max(g.Oldest, c.Age)
+		sums[k][c.Charge.Currency] += c.Charge.AmountCents
+	}
+	out := make([]Group, 0, len(order))
+	for _, k := range order {
+		g := byCause[k]
+		currencies := make([]string, 0, len(sums[k]))
+		for cur := range sums[k] {
+			currencies = append(currencies, cur)
+		}
+		slices.Sort(currencies)
+		for _, cur := range currencies {
+			g.Totals = append(g.Totals, chargeonce.FormatAmount(sums[k][cur], cur))
+		}
+		out = append(out, *g)
+	}
+	slices.SortStableFunc(out, func(a, b Group) int { return b.Count - a.Count })
+	return out
+}
+
+// BulkOutcome is what the bulk action did with one charge.
+type BulkOutcome struct {
+	ChargeID string
+	Amount   string
+	Acquirer AcquirerView
+	Settled  string // the status it was settled as, or ""
+	Note     string // why not, or the refusal
+}
+
+// bulkSettle is "look up all and settle those the acquirer answers" for
+// the stuck charges of one cause: each is looked up, and one the acquirer
+// answers (captured, or declined) is resolved as it says, through
+// Resolve: the same claim, lookup, rules and one audit entry per charge as
+// a single resolution. Charges the acquirer cannot answer for, or never
+// saw (recovery sends those again), are left as they are.
+func (s *Server) bulkSettle(w http.ResponseWriter, r *http.Request, ss *session) error {
+	want := r.PostFormValue("cause")
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if strings.TrimSpace(reason) == "" {
+		return chargeonce.FieldError("reason", "reason is required: say why (the outage, the ticket)")
+	}
+	page, err := s.ops.ChargesListStuck(r.Context(), chargeonce.StuckListParams{Limit: chargeonce.StuckListMaxLimit})
+	if err != nil {
+		return err
+	}
+	var out []BulkOutcome
+	for i := range page.Charges {
+		c := &page.Charges[i]
+		if cause(c) != want {
+			continue
+		}
+		o := BulkOutcome{ChargeID: c.Charge.ID, Amount: chargeonce.FormatAmount(c.Charge.AmountCents, c.Charge.Currency)}
+		o.Acquirer = s.lookUp(r.Context(), c.Charge)
+		var status chargeonce.Status
+		switch o.Acquirer.Kind {
+		case "captured":
+			status = chargeonce.StatusCaptured
+		case "declined":
+			status = chargeonce.StatusDeclined
+		default:
+			o.Note = "left for recovery: the acquirer gave no outcome to settle from"
+			out = append(out, o)
+			continue
+		}
+		res, err := s.Resolve(r.Context(), ss.admin, c.Charge.ID, ResolveRequest{Status: status, Reason: "bulk: " + reason})
+		if err != nil {
+			o.Note = "not settled: " + chargeonce.ErrorMessage(err)
+		} else {
+			o.Settled = string(res.Charge.Status)
+		}
+		out = append(out, o)
+	}
+	s.render(w, r, http.StatusOK, "bulk", view{Title: fmt.Sprintf("Looked up: %s", want), Admin: ss.admin, CSRF: ss.csrf, Data: out})
+	return nil
+}

@@ -1,0 +1,196 @@
+package admin_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/admin"
+	"github.com/chargeonce/chargeonce/internal/apitest"
+)
+
+// newServer returns an admin server over an SQLite store, its log, for
+// requests served in-process (each with the client address a test gives).
+func newServer(t *testing.T, proxies ...netip.Prefix) (*admin.Server, *apitest.Buffer) {
+	t.Helper()
+	logs := &apitest.Buffer{}
+	srv, err := admin.New(admin.Config{Store: apitest.Store(t, "sqlite"), Acquirer: apitest.Simulator(t, acquirer.Options{}),
+		Keys: adminKeys(t), Logger: newLogger(logs), TrustedProxies: proxies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, logs
+}
+
+// from serves r as if it came from addr.
+func from(srv http.Handler, addr string, r *http.Request) *httptest.ResponseRecorder {
+	r.RemoteAddr = addr + ":40000"
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, r)
+	return w
+}
+
+func bearerReq(key string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/admin/v1/charges", nil)
+	r.Header.Set("Authorization", "Bearer "+key)
+	return r
+}
+
+func loginReq(key string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/admin/login", strings.NewReader(url.Values{"key": {key}}.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return r
+}
+
+// TestGuessingKeysIsLimited reproduces issue 34's item 6: 300 wrong
+// bearer keys and 300 wrong sign-ins as fast as they go. Past
+// FailuresPerAddress from one address, keys are not even checked (429 with
+// Retry-After) and the address is logged; other addresses are not
+// affected; past FailuresOverall from everywhere a wrong key is refused
+// too, but an address that signed in lately and a session are not.
+func TestGuessingKeysIsLimited(t *testing.T) {
+	t.Parallel()
+	srv, logs := newServer(t)
+	count := func(addr string, req func(i int) *http.Request) map[int]int {
+		got := map[int]int{}
+		for i := range 300 {
+			w := from(srv, addr, req(i))
+			got[w.Code]++
+			if w.Code == http.StatusTooManyRequests {
+				if ra, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || ra < 1 {
+					t.Fatalf("429 with Retry-After %q", w.Header().Get("Retry-After"))
+				}
+			}
+		}
+		return got
+	}
+	start := time.Now()
+	bearers := count("192.0.2.1", func(i int) *http.Request { return bearerReq(fmt.Sprintf("ak_guess_%d", i)) })
+	logins := count("192.0.2.2", func(i int) *http.Request { return loginReq(fmt.Sprintf("ak_guess_%d", i)) })
+	t.Logf("300 wrong bearer keys from one address: %v; 300 wrong sign-ins from another: %v; in %s", bearers, logins, time.Since(start).Round(time.Millisecond))
+	for what, got := range map[string]map[int]int{"bearer keys": bearers, "sign-ins": logins} {
+		if got[401] != admin.FailuresPerAddress || got[429] != 300-admin.FailuresPerAddress {
+			t.Errorf("wrong %s: %v; want %d answered 401 and the rest 429", what, got, admin.FailuresPerAddress)
+		}
+	}
+	// The right key from a guesser's address waits too: nothing is checked.
+	if w := from(srv, "192.0.2.1", bearerReq(aliceKey)); w.Code != 429 {
+		t.Errorf("alice's key from the guesser's address: %d, want 429", w.Code)
+	}
+	// An operator elsewhere signs in, and keeps a session.
+	w := from(srv, "198.51.100.7", loginReq(bobKey))
+	if w.Code != http.StatusSeeOther || len(w.Result().Cookies()) != 1 {
+		t.Fatalf("bob's sign-in from his own address: %d", w.Code)
+	}
+	cookie := w.Result().Cookies()[0]
+	if w := from(srv, "198.51.100.7", bearerReq(aliceKey)); w.Code != 200 {
+		t.Errorf("alice's key from another address: %d, want 200", w.Code)
+	}
+	// A guesser with many addresses, one wrong key each: past the overall
+	// limit, refused unchecked.
+	many := map[int]int{}
+	for i := range 200 {
+		many[from(srv, fmt.Sprintf("203.0.113.%d", i), bearerReq("ak_guess")).Code]++
+	}
+	t.Logf("200 wrong keys from 200 addresses: %v", many)
+	if many[429] == 0 || many[401] > admin.FailuresOverall {
+		t.Errorf("wrong keys from many addresses: %v; want at most %d checked", many, admin.FailuresOverall)
+	}
+	// Meanwhile the operator who signed in is not locked out.
+	if w := from(srv, "198.51.100.7", bearerReq(aliceKey)); w.Code != 200 {
+		t.Errorf("alice's key from an operator's address during the storm: %d, want 200", w.Code)
+	}
+	page := httptest.NewRequest(http.MethodGet, "/admin/", nil)
+	page.AddCookie(cookie)
+	if w := from(srv, "198.51.100.99", page); w.Code != 200 {
+		t.Errorf("bob's session during the storm: %d, want 200", w.Code)
+	}
+	l := logs.String()
+	for _, addr := range []string{"client=192.0.2.1", "client=192.0.2.2", "client=203.0.113.5"} {
+		if !strings.Contains(l, addr) {
+			t.Errorf("the log names no %s", addr)
+		}
+	}
+	if !strings.Contains(l, `level=WARN msg="admin call refused"`) {
+		t.Error("refused keys are not logged as warnings")
+	}
+}
+
+// TestWeakKeys: keys under MinKeyBits are reported weak (serve refuses
+// them), a digest of a one-character key too; NewKey's keys are strong and
+// work.
+func TestWeakKeys(t *testing.T) {
+	t.Parallel()
+	tiny := sha256.Sum256([]byte("b"))
+	k, err := admin.ParseKeys("one:a\nshort:ak_test_alice\ndigest:sha256:" + hex.EncodeToString(tiny[:]) +
+		"\nhex:0123456789abcdef0123456789abcdef\nopaque:sha256:" + sha256hex("whatever") + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(k.Weak(), ","); got != "one,short,digest" {
+		t.Errorf("weak: %s; want one,short,digest", got)
+	}
+	key, line, err := admin.NewKey("carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bits := admin.EstimateBits(key)
+	t.Logf("a new key: %d characters, about %.0f bits estimated", len(key), bits)
+	if bits < admin.MinKeyBits {
+		t.Errorf("NewKey's key estimated at %.0f bits", bits)
+	}
+	nk, err := admin.ParseKeys(line)
+	if err != nil || len(nk.Weak()) != 0 {
+		t.Fatalf("NewKey's line %q: %v, weak %v", line, err, nk.Weak())
+	}
+	srv, err := admin.New(admin.Config{Store: apitest.Store(t, "sqlite"), Acquirer: apitest.Simulator(t, acquirer.Options{}), Keys: nk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := from(srv, "192.0.2.9", bearerReq(key)); w.Code != 200 {
+		t.Errorf("NewKey's key: %d", w.Code)
+	}
+}
+
+// TestBehindATLSProxy reproduces issue 34's item 5: behind a proxy that
+// terminates TLS, sign-in was refused (the origin check built http://+Host)
+// and the cookie was never Secure. A trusted proxy's X-Forwarded-Proto
+// counts; an untrusted peer's does not.
+func TestBehindATLSProxy(t *testing.T) {
+	t.Parallel()
+	signIn := func(srv http.Handler, peer string) *httptest.ResponseRecorder {
+		r := loginReq(aliceKey)
+		r.Host = "ops.example.com"
+		r.Header.Set("Origin", "https://ops.example.com")
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		r.Header.Set("X-Forwarded-Proto", "https")
+		r.Header.Set("X-Forwarded-For", "198.51.100.20")
+		return from(srv, peer, r)
+	}
+	trusting, logs := newServer(t, netip.MustParsePrefix("10.0.0.0/8"))
+	w := signIn(trusting, "10.1.2.3")
+	if w.Code != http.StatusSeeOther || len(w.Result().Cookies()) != 1 || !w.Result().Cookies()[0].Secure {
+		t.Errorf("sign-in through a trusted TLS proxy: %d, cookies %v; want 303 and a Secure cookie", w.Code, w.Result().Cookies())
+	}
+	if !strings.Contains(logs.String(), "client=198.51.100.20") {
+		t.Errorf("the log does not name the client behind the proxy:\n%s", logs.String())
+	}
+	// The same headers from a peer not trusted: the scheme is http, the
+	// origin https, and the sign-in is refused as cross-site.
+	if w := signIn(trusting, "192.0.2.50"); w.Code != http.StatusForbidden {
+		t.Errorf("X-Forwarded-Proto from an untrusted peer: %d, want 403", w.Code)
+	}
+	plain, _ := newServer(t)
+	if w := signIn(plain, "10.1.2.3"); w.Code != http.StatusForbidden {
+		t.Errorf("no trusted proxies configured: %d, want 403", w.Code)
+	}
+}
