@@ -140,13 +140,18 @@ func runAdminKey(_ context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "usage: chargeonce admin-key new --name NAME\n\n")
 		printFlags(stderr, fs)
 	}
-	if len(args) == 0 || args[0] != "new" {
+	var name string
+	fs.StringVar(&name, "name", "", "the admin's name, as the audit trail shows it (letters, digits and . _ - @)")
+	switch {
+	case len(args) > 0 && args[0] == "new":
+		args = args[1:]
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		// -h before the sub-command: the usage, with new's flags.
+	default:
 		fs.Usage()
 		return usageError("admin-key: the only sub-command is new")
 	}
-	var name string
-	fs.StringVar(&name, "name", "", "the admin's name, as the audit trail shows it (letters, digits and . _ - @)")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if name == "" {
