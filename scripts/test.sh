@@ -36,4 +36,7 @@ if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
 	git fetch --quiet --unshallow || echo "test.sh: warning: could not unshallow; TestRollingUpgrade needs the release commit" >&2
 fi
 
-exec go test -race "$@" ./...
+# A package binary may run 30 minutes (the default is 10): the chaos suite,
+# with its HA cluster, runs several minutes on a 2-core machine under the
+# whole suite's load. A later -timeout in the arguments wins.
+exec go test -race -timeout=30m "$@" ./...
