@@ -31,6 +31,10 @@ const WebhookSecretOverlap = 24 * time.Hour
 // since its first failure) before it is disabled.
 const WebhookDisableAfter = 72 * time.Hour
 
+// MaxWebhookEndpoints is how many endpoints one merchant may have. The
+// stores enforce it atomically: concurrent creates never exceed it.
+const MaxWebhookEndpoints = 16
+
 // Limits of a page of events, as for charges.
 const (
 	EventsListDefaultLimit = 10

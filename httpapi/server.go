@@ -30,6 +30,8 @@ type Server struct {
 	mux      *http.ServeMux
 	// webhooksAllowPrivate lets endpoints be http:// and private addresses.
 	webhooksAllowPrivate bool
+	// webhookRate limits each merchant on the webhook and event routes.
+	webhookRate *webhookLimits
 }
 
 // OutcomeObserver is told the answer to every charge attempt the engine
@@ -57,12 +59,18 @@ type Config struct {
 	// WebhooksAllowPrivate accepts webhook endpoint URLs that are http://
 	// or name private addresses (--webhooks-allow-private).
 	WebhooksAllowPrivate bool
+	// WebhooksRate is each merchant's rate on the webhook and event routes
+	// (429 over it); DefaultWebhooksRate when zero.
+	WebhooksRate engine.Rate
 }
 
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux(),
-		webhooksAllowPrivate: cfg.WebhooksAllowPrivate}
+		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, webhookRate: &webhookLimits{shape: cfg.WebhooksRate}}
+	if s.webhookRate.shape.IsZero() {
+		s.webhookRate.shape = DefaultWebhooksRate
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

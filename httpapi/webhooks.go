@@ -17,7 +17,7 @@ import (
 // Limits of the webhook endpoints API.
 const (
 	// MaxWebhookEndpoints is how many endpoints one merchant may have.
-	MaxWebhookEndpoints = 16
+	MaxWebhookEndpoints = chargeonce.MaxWebhookEndpoints
 	maxDescriptionLen   = 500
 	maxWebhookIDLen     = 64
 )
@@ -79,9 +79,8 @@ func plausibleWebhookID(id string) bool {
 // webhookTarget authenticates r and reads the endpoint's or event's id in
 // its path (what names which, for the 404); false when it has answered.
 func (s *Server) webhookTarget(w http.ResponseWriter, r *http.Request, what string) (chargeonce.Merchant, string, bool) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	merchant, ok := s.webhookAuth(w, r)
+	if !ok {
 		return chargeonce.Merchant{}, "", false
 	}
 	id := r.PathValue("id")
@@ -93,9 +92,8 @@ func (s *Server) webhookTarget(w http.ResponseWriter, r *http.Request, what stri
 }
 
 func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	merchant, ok := s.webhookAuth(w, r)
+	if !ok {
 		return
 	}
 	body, err := readBody(w, r)
@@ -149,9 +147,8 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleListEndpoints(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	merchant, ok := s.webhookAuth(w, r)
+	if !ok {
 		return
 	}
 	if r.URL.RawQuery != "" {
@@ -214,9 +211,8 @@ func (s *Server) eventJSON(r *http.Request, ev chargeonce.WebhookEvent) (map[str
 var eventsParams = map[string]bool{"limit": true, "starting_after": true, "charge_id": true}
 
 func (s *Server) handleListEvents(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	merchant, ok := s.webhookAuth(w, r)
+	if !ok {
 		return
 	}
 	p := chargeonce.EventsListParams{MerchantID: merchant.ID, Limit: chargeonce.EventsListDefaultLimit}

@@ -200,7 +200,8 @@ ORDER BY created_at DESC, id DESC LIMIT $5`, p.MerchantID, p.ChargeID, cursor, a
 	return page, nil
 }
 
-// WebhookEventRedeliver queues one more delivery per enabled endpoint.
+// WebhookEventRedeliver owes the event to every enabled endpoint, due now:
+// a new delivery, or the one already pending made due.
 func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string) (int, error) {
 	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
 		return 0, notFound("event", id)
@@ -214,6 +215,10 @@ WITH ev AS (
 	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
 	SELECT ev.id, e.id, ev.merchant_id FROM ev
 	JOIN webhook_endpoints e ON e.merchant_id = ev.merchant_id AND e.status = 'enabled'
+	-- At most one pending delivery per event and endpoint (0013): one
+	-- already owed is made due now instead.
+	ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending'
+	DO UPDATE SET next_at = LEAST(webhook_deliveries.next_at, now())
 	RETURNING id
 )
 SELECT EXISTS (SELECT FROM ev), (SELECT count(*) FROM d)`, merchantID, id).Scan(&found, &n)
@@ -227,9 +232,14 @@ SELECT EXISTS (SELECT FROM ev), (SELECT count(*) FROM d)`, merchantID, id).Scan(
 }
 
 // WebhookDeliveriesClaim picks due deliveries, at most perMerchant of a
-// merchant, and claims them. The pick reads without locks (a window
-// function cannot take FOR UPDATE); the UPDATE re-checks each row's claim
-// once it holds the row lock, so two senders never claim one delivery.
+// merchant, and claims them. The pick walks the enabled endpoints of the
+// merchants not skipped and reads each one's first due deliveries from
+// webhook_deliveries_endpoint_due (0013): its cost grows with the number
+// of endpoints, never with how many deliveries one of them has waiting (a
+// pick in next_at order over the whole queue scanned past every row of a
+// merchant held at its limit). It reads without locks (a window function
+// cannot take FOR UPDATE); the UPDATE re-checks each row's claim once it
+// holds the row lock, so two senders never claim one delivery.
 func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration, limit, perMerchant int, skip []string) ([]chargeonce.WebhookDelivery, error) {
 	if limit <= 0 || perMerchant <= 0 {
 		return nil, nil
@@ -241,13 +251,14 @@ func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration,
 	rows, err := s.pool.Query(ctx, `
 WITH due AS (
 	SELECT id FROM (
-		SELECT id, next_at, row_number() OVER (PARTITION BY merchant_id ORDER BY next_at, id) AS rn
-		FROM (
-			SELECT id, merchant_id, next_at FROM webhook_deliveries
-			WHERE state = 'pending' AND next_at <= now() AND claimed_until <= now()
-				AND merchant_id <> ALL($5::text[])
-			ORDER BY next_at, id LIMIT $2 * 20
-		) x
+		SELECT p.id, p.next_at, row_number() OVER (PARTITION BY e.merchant_id ORDER BY p.next_at, p.id) AS rn
+		FROM webhook_endpoints e
+		CROSS JOIN LATERAL (
+			SELECT d.id, d.next_at FROM webhook_deliveries d
+			WHERE d.endpoint_id = e.id AND d.state = 'pending' AND d.next_at <= now() AND d.claimed_until <= now()
+			ORDER BY d.next_at, d.id LIMIT $3
+		) p
+		WHERE e.status = 'enabled' AND e.merchant_id <> ALL($5::text[])
 	) y WHERE rn <= $3 ORDER BY next_at, id LIMIT $2
 ), d AS (
 	UPDATE webhook_deliveries w SET claimed_until = now() + $1::interval, token = $4

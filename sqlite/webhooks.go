@@ -198,7 +198,9 @@ ORDER BY created_at DESC, id DESC LIMIT ?5`, p.MerchantID, p.ChargeID, p.Startin
 	return page, nil
 }
 
-// WebhookEventRedeliver queues one more delivery per enabled endpoint.
+// WebhookEventRedeliver owes the event to every enabled endpoint, due now:
+// a new delivery, or the one already pending made due (0013: at most one
+// pending per event and endpoint).
 func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string) (int, error) {
 	var n int64
 	err := s.write(ctx, "redelivering event", func(ctx context.Context, tx *sql.Tx) error {
@@ -212,7 +214,9 @@ func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
 SELECT ?2, e.id, e.merchant_id, `+nowMicros+`, `+nowMicros+`
-FROM webhook_endpoints e WHERE e.merchant_id = ?1 AND e.status = 'enabled'`, merchantID, id)
+FROM webhook_endpoints e WHERE e.merchant_id = ?1 AND e.status = 'enabled'
+ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending'
+DO UPDATE SET next_at = min(webhook_deliveries.next_at, excluded.next_at)`, merchantID, id)
 		if err != nil {
 			return wrap("redelivering event", err)
 		}
@@ -224,6 +228,9 @@ FROM webhook_endpoints e WHERE e.merchant_id = ?1 AND e.status = 'enabled'`, mer
 
 // WebhookDeliveriesClaim claims due deliveries in one statement on the
 // single writer, so two callers never get the same one while it is held.
+// As on PostgreSQL, it reads each enabled endpoint's first due deliveries
+// (webhook_deliveries_endpoint_due), so one endpoint's backlog does not
+// slow the claim of another's.
 func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration, limit, perMerchant int, skip []string) ([]chargeonce.WebhookDelivery, error) {
 	if limit <= 0 || perMerchant <= 0 {
 		return nil, nil
@@ -242,13 +249,13 @@ func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration,
 		rows, err := tx.QueryContext(ctx, `UPDATE webhook_deliveries SET claimed_until = `+nowMicros+` + ?1, token = ?4
 WHERE id IN (
 	SELECT id FROM (
-		SELECT id, next_at, row_number() OVER (PARTITION BY merchant_id ORDER BY next_at, id) AS rn
-		FROM (
-			SELECT id, merchant_id, next_at FROM webhook_deliveries
-			WHERE state = 'pending' AND next_at <= `+nowMicros+` AND claimed_until <= `+nowMicros+`
-				AND merchant_id NOT IN (SELECT value FROM json_each(?5))
-			ORDER BY next_at, id LIMIT ?2 * 20
-		)
+		SELECT p.id, p.next_at, row_number() OVER (PARTITION BY e.merchant_id ORDER BY p.next_at, p.id) AS rn
+		FROM webhook_endpoints e
+		JOIN webhook_deliveries p ON p.id IN (
+			SELECT d.id FROM webhook_deliveries d INDEXED BY webhook_deliveries_endpoint_due
+			WHERE d.endpoint_id = e.id AND d.state = 'pending' AND d.next_at <= `+nowMicros+` AND d.claimed_until <= `+nowMicros+`
+			ORDER BY d.next_at, d.id LIMIT ?3)
+		WHERE e.status = 'enabled' AND e.merchant_id NOT IN (SELECT value FROM json_each(?5))
 	) WHERE rn <= ?3 ORDER BY next_at, id LIMIT ?2)
 RETURNING id, attempts, event_id, endpoint_id`, micros(lease), limit, perMerchant, token, string(skipJSON))
 		if err != nil {

@@ -26,6 +26,8 @@ var webhookTests = []struct {
 	{"WebhookDisable", testWebhookDisable},
 	{"WebhookEndpointsCRUD", testWebhookEndpointsCRUD},
 	{"WebhookEventsListAndRedeliver", testWebhookEventsListAndRedeliver},
+	{"WebhookRedeliverOnePending", testWebhookRedeliverOnePending},
+	{"WebhookClaimPastHeldBacklog", testWebhookClaimPastHeldBacklog},
 }
 
 func addEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.WebhookEndpoint {
@@ -505,17 +507,98 @@ func testWebhookEventsListAndRedeliver(t *testing.T, s chargeonce.Store) {
 	_, err = s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: "m2", Limit: 10, StartingAfter: first.Events[0].ID})
 	wantCode(t, "another merchant's cursor", err, chargeonce.EINVALID)
 
-	if ds := claimDeliveries(t, s, longLease); len(ds) != 5 {
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 5 {
 		t.Fatalf("claimed %d", len(ds))
+	}
+	for _, d := range ds {
+		if _, err := s.WebhookDeliveryFinish(t.Context(), d, chargeonce.WebhookOutcome{
+			Attempt: chargeonce.WebhookAttempt{StatusCode: 200}, Delivered: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n, err := s.WebhookEventRedeliver(t.Context(), "m1", one.Events[0].ID)
 	if err != nil || n != 1 {
 		t.Fatalf("redeliver = %d, %v", n, err)
 	}
-	ds := claimDeliveries(t, s, longLease)
+	ds = claimDeliveries(t, s, longLease)
 	if len(ds) != 1 || ds[0].Event.ID != one.Events[0].ID {
 		t.Fatalf("after redeliver claimed %+v", ds)
 	}
 	_, err = s.WebhookEventRedeliver(t.Context(), "m2", one.Events[0].ID)
 	wantCode(t, "redeliver another merchant's event", err, chargeonce.ENOTFOUND)
+}
+
+// testWebhookRedeliverOnePending: an event is owed at most once to each
+// endpoint, however many redeliveries race; a redelivery of a delivery
+// waiting for its next try makes it due now.
+func testWebhookRedeliverOnePending(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	addEndpoint(t, s, "m1")
+	settle(t, s, "m1", "k1")
+	ev := events(t, s, "m1")[0]
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Go(func() {
+			if n, err := s.WebhookEventRedeliver(t.Context(), "m1", ev.ID); err != nil || n != 2 {
+				errs <- fmt.Errorf("redeliver = %d, %w; want 2 (one per endpoint)", n, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if st, err := s.WebhookStats(t.Context()); err != nil || st.Pending != 2 {
+		t.Fatalf("after 50 redeliveries: %d pending, %v; want 2, one per endpoint", st.Pending, err)
+	}
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 2 {
+		t.Fatalf("claimed %d, want 2", len(ds))
+	}
+	// One waits an hour for its next try; a redelivery makes it due now.
+	if _, err := s.WebhookDeliveryFinish(t.Context(), ds[0], chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 500}, RetryIn: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WebhookDeliveryFinish(t.Context(), ds[1], chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 200}, Delivered: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.WebhookEventRedeliver(t.Context(), "m1", ev.ID); err != nil || n != 2 {
+		t.Fatalf("redeliver = %d, %v; want 2", n, err)
+	}
+	ds = claimDeliveries(t, s, longLease)
+	if len(ds) != 2 || ds[0].Endpoint.ID == ds[1].Endpoint.ID {
+		t.Fatalf("claimed %+v after the redelivery; want one delivery per endpoint, due now", ds)
+	}
+	if st, err := s.WebhookStats(t.Context()); err != nil || st.Pending != 2 {
+		t.Fatalf("%d pending, %v; want 2", st.Pending, err)
+	}
+}
+
+// testWebhookClaimPastHeldBacklog: a merchant held at its limit (skipped)
+// with a long backlog, and one whose deliveries are mostly claimed, do not
+// keep another merchant's due delivery from the claim.
+func testWebhookClaimPastHeldBacklog(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "busy")
+	addEndpoint(t, s, "calm")
+	for i := range 30 {
+		settle(t, s, "busy", fmt.Sprintf("k%02d", i))
+	}
+	settle(t, s, "calm", "k")
+	ds, err := s.WebhookDeliveriesClaim(t.Context(), longLease, 1, 4, []string{"busy"})
+	if err != nil || len(ds) != 1 || ds[0].Event.MerchantID != "calm" {
+		t.Fatalf("claim of 1 skipping busy = %+v, %v; want calm's delivery", ds, err)
+	}
+	ds, err = s.WebhookDeliveriesClaim(t.Context(), longLease, 100, 4, nil)
+	if err != nil || len(ds) != 4 {
+		t.Fatalf("claim = %d, %v; want busy's first 4", len(ds), err)
+	}
+	ds, err = s.WebhookDeliveriesClaim(t.Context(), longLease, 100, 4, nil)
+	if err != nil || len(ds) != 4 {
+		t.Fatalf("claim past busy's 4 claimed = %d, %v; want its next 4", len(ds), err)
+	}
 }

@@ -150,13 +150,27 @@ func (s *Sender) Start(ctx context.Context) {
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.done = make(chan struct{})
+	// The backlog is counted apart from dispatch: counting a large one
+	// takes a while, and deliveries must not wait for it.
+	statsDone := make(chan struct{})
 	go func() {
-		defer close(s.done)
-		poll := time.NewTicker(s.o.Every)
-		defer poll.Stop()
+		defer close(statsDone)
 		stats := time.NewTicker(s.o.StatsEvery)
 		defer stats.Stop()
-		s.reportStats(ctx)
+		for {
+			s.reportStats(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-stats.C:
+			}
+		}
+	}()
+	go func() {
+		defer close(s.done)
+		defer func() { <-statsDone }()
+		poll := time.NewTicker(s.o.Every)
+		defer poll.Stop()
 		for {
 			s.dispatch(ctx)
 			select {
@@ -165,8 +179,6 @@ func (s *Sender) Start(ctx context.Context) {
 				return
 			case <-poll.C:
 			case <-s.wake:
-			case <-stats.C:
-				s.reportStats(ctx)
 			}
 		}
 	}()
