@@ -126,15 +126,7 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	have, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if len(have) >= MaxWebhookEndpoints {
-		s.writeError(w, r, chargeonce.FieldError("url", "a merchant may have at most %d webhook endpoints; delete one first", MaxWebhookEndpoints))
-		return
-	}
+	// The store refuses an endpoint past MaxWebhookEndpoints, atomically.
 	e, err := s.store.WebhookEndpointCreate(r.Context(), chargeonce.WebhookEndpoint{
 		ID: "we_" + idempotency.NewToken()[:24], MerchantID: merchant.ID, URL: in.URL, Description: in.Description, Secret: webhook.NewSecret(),
 	})

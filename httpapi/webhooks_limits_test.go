@@ -100,3 +100,50 @@ func TestRedeliverBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestEndpointCapRace: 64 concurrent POST /v1/webhook_endpoints of one
+// merchant make at most MaxWebhookEndpoints endpoints; each other answer is
+// a 400 naming url or a 429 (the routes' rate). Seen before: 35 endpoints
+// against a cap of 16.
+func TestEndpointCapRace(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := apitest.Store(t, kind)
+			sim := apitest.Simulator(t, acquirer.Options{})
+			base := startLikeServe(t, s, sim, engine.Options{AcquirerTimeout: 5 * time.Second, Lease: 10 * time.Second})
+			var (
+				wg                       sync.WaitGroup
+				created, capped, limited atomic.Int64
+			)
+			for i := range 64 {
+				wg.Go(func() {
+					r, err := apitest.Do(t, nil, "POST", base+"/v1/webhook_endpoints", fmt.Appendf(nil, `{"url":"https://h%d.example.com/"}`, i), nil)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					var p struct{ Field string }
+					_ = json.Unmarshal(r.Body, &p)
+					switch {
+					case r.Status == 201:
+						created.Add(1)
+					case r.Status == 400 && p.Field == "url":
+						capped.Add(1)
+					case r.Status == 429:
+						limited.Add(1)
+					default:
+						t.Errorf("create: %d %s", r.Status, r.Body)
+					}
+				})
+			}
+			wg.Wait()
+			eps, err := s.WebhookEndpointsList(t.Context(), "demo")
+			if err != nil || created.Load() != httpapi.MaxWebhookEndpoints || len(eps) != httpapi.MaxWebhookEndpoints || capped.Load() == 0 {
+				t.Fatalf("64 concurrent creates: %d created, %d refused at the cap, %d over the rate, %d listed (%v); want %d",
+					created.Load(), capped.Load(), limited.Load(), len(eps), err, httpapi.MaxWebhookEndpoints)
+			}
+		})
+	}
+}

@@ -34,16 +34,45 @@ func notFound(what, id string) error {
 	return chargeonce.Errorf(chargeonce.ENOTFOUND, "no %s %q", what, id)
 }
 
-// WebhookEndpointCreate inserts an enabled endpoint.
+// WebhookEndpointCreate inserts an enabled endpoint, unless its merchant
+// has MaxWebhookEndpoints already. The count and the insert run under a
+// transaction lock on the merchant's endpoints, so concurrent creates take
+// turns: under READ COMMITTED each would otherwise count without seeing
+// the others' rows (64 concurrent creates made 35 endpoints against 16).
 func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookEndpoint) (chargeonce.WebhookEndpoint, error) {
-	out, err := scanEndpoint(s.pool.QueryRow(ctx, `
+	var out chargeonce.WebhookEndpoint
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The count is a statement of its own, after the lock: a statement
+		// reads the snapshot taken when it began, which would not show the
+		// rows of the create the lock waited for (21 endpoints against 16).
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('chargeonce.webhook_endpoints/' || $1, 0))`, e.MerchantID); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1`, e.MerchantID).Scan(&n); err != nil {
+			return err
+		}
+		if n >= chargeonce.MaxWebhookEndpoints {
+			return endpointCapError()
+		}
+		var err error
+		out, err = scanEndpoint(tx.QueryRow(ctx, `
 INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret)
 VALUES ($1, $2, $3, $4, $5)
 RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret))
+		return err
+	})
+	if chargeonce.ErrorCode(err) == chargeonce.EINVALID {
+		return chargeonce.WebhookEndpoint{}, err
+	}
 	if err != nil {
 		return chargeonce.WebhookEndpoint{}, fmt.Errorf("creating webhook endpoint: %w", translate(err))
 	}
 	return out, nil
+}
+
+func endpointCapError() error {
+	return chargeonce.FieldError("url", "a merchant may have at most %d webhook endpoints; delete one first", chargeonce.MaxWebhookEndpoints)
 }
 
 // WebhookEndpointsList returns the merchant's endpoints, oldest first.

@@ -42,14 +42,31 @@ func notFound(what, id string) error {
 	return chargeonce.Errorf(chargeonce.ENOTFOUND, "no %s %q", what, id)
 }
 
-// WebhookEndpointCreate inserts an enabled endpoint.
+// WebhookEndpointCreate inserts an enabled endpoint, unless its merchant
+// has MaxWebhookEndpoints already: counted and inserted in one transaction
+// of the single writer, so concurrent creates never exceed it.
 func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookEndpoint) (chargeonce.WebhookEndpoint, error) {
-	out, err := scanEndpoint(s.wdb.QueryRowContext(ctx, `
+	var out chargeonce.WebhookEndpoint
+	err := s.write(ctx, "creating webhook endpoint", func(ctx context.Context, tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = ?1`, e.MerchantID).Scan(&n); err != nil {
+			return wrap("creating webhook endpoint", err)
+		}
+		if n >= chargeonce.MaxWebhookEndpoints {
+			return chargeonce.FieldError("url", "a merchant may have at most %d webhook endpoints; delete one first", chargeonce.MaxWebhookEndpoints)
+		}
+		var err error
+		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
 INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, created_at)
 VALUES (?1, ?2, ?3, ?4, ?5, `+nowMicros+`)
 RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret))
+		if err != nil {
+			return wrap("creating webhook endpoint", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return chargeonce.WebhookEndpoint{}, wrap("creating webhook endpoint", err)
+		return chargeonce.WebhookEndpoint{}, err
 	}
 	return out, nil
 }

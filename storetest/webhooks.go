@@ -28,6 +28,7 @@ var webhookTests = []struct {
 	{"WebhookEventsListAndRedeliver", testWebhookEventsListAndRedeliver},
 	{"WebhookRedeliverOnePending", testWebhookRedeliverOnePending},
 	{"WebhookClaimPastHeldBacklog", testWebhookClaimPastHeldBacklog},
+	{"WebhookEndpointCapRace", testWebhookEndpointCapRace},
 }
 
 func addEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.WebhookEndpoint {
@@ -601,4 +602,44 @@ func testWebhookClaimPastHeldBacklog(t *testing.T, s chargeonce.Store) {
 	if err != nil || len(ds) != 4 {
 		t.Fatalf("claim past busy's 4 claimed = %d, %v; want its next 4", len(ds), err)
 	}
+}
+
+// testWebhookEndpointCapRace: 64 concurrent creates for one merchant make
+// exactly MaxWebhookEndpoints endpoints; the others are EINVALID, and
+// another merchant is not counted against it. Seen before the stores
+// enforced the cap: 35 endpoints against a cap of 16.
+func testWebhookEndpointCapRace(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "other")
+	var (
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		created, capped int
+	)
+	for range 64 {
+		wg.Go(func() {
+			_, err := s.WebhookEndpointCreate(t.Context(), chargeonce.WebhookEndpoint{
+				ID: "we_" + randHex(8), MerchantID: "m1", URL: "https://example.com/hook", Secret: "whsec_" + randHex(16),
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case chargeonce.ErrorCode(err) == chargeonce.EINVALID:
+				capped++
+			default:
+				t.Errorf("create: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	eps, err := s.WebhookEndpointsList(t.Context(), "m1")
+	if err != nil || created != chargeonce.MaxWebhookEndpoints || capped != 64-created || len(eps) != chargeonce.MaxWebhookEndpoints {
+		t.Fatalf("64 concurrent creates: %d created, %d refused, %d listed (%v); want %d created", created, capped, len(eps), err, chargeonce.MaxWebhookEndpoints)
+	}
+	// Deleting one makes room for one.
+	if err := s.WebhookEndpointDelete(t.Context(), "m1", eps[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	addEndpoint(t, s, "m1")
 }
