@@ -47,6 +47,9 @@ func TestMigration0013OnData(t *testing.T) {
 		}
 		got = append(got, s)
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	rows.Close()
 	want := []string{"pending", "failed", "failed", "pending", "failed", "succeeded", "pending"}
 	if len(got) != len(want) {
