@@ -134,7 +134,7 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.log.Info("webhook endpoint created", "merchant", merchant.ID, "endpoint", e.ID, "url", e.URL)
+	s.log.Info("webhook endpoint created", "merchant", merchant.ID, "endpoint", e.ID, "url", webhook.RedactURL(e.URL))
 	s.writeValue(w, http.StatusCreated, endpointOut(e, true))
 }
 

@@ -3,7 +3,10 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,5 +148,29 @@ func TestEndpointCapRace(t *testing.T) {
 					created.Load(), capped.Load(), limited.Load(), len(eps), err, httpapi.MaxWebhookEndpoints)
 			}
 		})
+	}
+}
+
+// TestEndpointURLSecretNotLogged: creating an endpoint whose URL holds a
+// token logs the URL with the token redacted (seen before: the whole URL
+// at INFO), while the API still answers the merchant its own URL.
+func TestEndpointURLSecretNotLogged(t *testing.T) {
+	t.Parallel()
+	var logs apitest.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	keys, err := httpapi.ParseKeys("demo:" + apitest.APIKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := apitest.Store(t, "sqlite")
+	eng := engine.New(store, apitest.Simulator(t, acquirer.Options{}), engine.Options{AcquirerTimeout: 5 * time.Second, Lease: 10 * time.Second})
+	srv := httptest.NewServer(httpapi.LogRequests(log, httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, Logger: log})))
+	defer srv.Close()
+	r, err := apitest.Do(t, nil, "POST", srv.URL+"/v1/webhook_endpoints", []byte(`{"url":"https://hooks.example.com/in?token=tok-s3cr3t"}`), nil)
+	if err != nil || r.Status != 201 || !strings.Contains(string(r.Body), "tok-s3cr3t") {
+		t.Fatalf("create: %d %s, %v", r.Status, r.Body, err)
+	}
+	if !strings.Contains(logs.String(), "webhook endpoint created") || strings.Contains(logs.String(), "tok-s3cr3t") {
+		t.Fatalf("log (want the creation, without the token):\n%s", logs.String())
 	}
 }

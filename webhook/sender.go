@@ -32,6 +32,8 @@ const (
 	// surely given up on it (or died).
 	DefaultLease      = 4 * DeliveryTimeout
 	DefaultStatsEvery = 10 * time.Second
+	// MaxResponseHeaderBytes bounds the headers read from a receiver.
+	MaxResponseHeaderBytes = 64 << 10
 	// claimTimeout bounds a claim, which Stop does not cut short.
 	claimTimeout = 10 * time.Second
 	// maxRetryAfter caps a receiver's Retry-After.
@@ -129,8 +131,11 @@ func NewSender(store chargeonce.Store, o SenderOptions) *Sender {
 		TLSHandshakeTimeout:   DeliveryTimeout,
 		ResponseHeaderTimeout: DeliveryTimeout,
 		MaxIdleConnsPerHost:   o.PerMerchant,
-		IdleConnTimeout:       90 * time.Second,
-		ForceAttemptHTTP2:     true,
+		// A receiver's headers are read up to this much, then the
+		// delivery fails (the default is 1 MiB per delivery in flight).
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
+		IdleConnTimeout:        90 * time.Second,
+		ForceAttemptHTTP2:      true,
 	}
 	return &Sender{
 		store: store, o: o, inflight: map[string]int{}, wake: make(chan struct{}, 1),
@@ -328,10 +333,10 @@ func (s *Sender) deliver(ctx context.Context, d chargeonce.WebhookDelivery) {
 		log.Warn("webhooks: recording delivery", "err", err)
 	}
 	if disabled {
-		log.Warn("webhooks: endpoint disabled", "url", d.Endpoint.URL, "reason", cmpOr(o.Disable, "failing for "+s.disableAfter().String()))
+		log.Warn("webhooks: endpoint disabled", "url", RedactURL(d.Endpoint.URL), "reason", cmpOr(o.Disable, "failing for "+s.disableAfter().String()))
 	}
 	if !o.Delivered {
-		log.Info("webhooks: delivery failed", "url", d.Endpoint.URL, "status", o.Attempt.StatusCode, "err", o.Attempt.Error, "retry_in", o.RetryIn)
+		log.Info("webhooks: delivery failed", "url", RedactURL(d.Endpoint.URL), "status", o.Attempt.StatusCode, "err", o.Attempt.Error, "retry_in", o.RetryIn)
 	}
 }
 
@@ -359,8 +364,18 @@ func (s *Sender) disableAfter() time.Duration {
 	return time.Duration(float64(chargeonce.WebhookDisableAfter) * s.o.Scale)
 }
 
-// attempt sends body once and decides what comes next.
+// attempt sends body once and decides what comes next. Its error never
+// holds the endpoint URL's secrets (RedactURL): merchants and operators
+// read it.
 func (s *Sender) attempt(ctx context.Context, d chargeonce.WebhookDelivery, body []byte) chargeonce.WebhookOutcome {
+	o := s.send(ctx, d, body)
+	if o.Attempt.Error != "" {
+		o.Attempt.Error = scrub(o.Attempt.Error, d.Endpoint.URL)
+	}
+	return o
+}
+
+func (s *Sender) send(ctx context.Context, d chargeonce.WebhookDelivery, body []byte) chargeonce.WebhookOutcome {
 	o := chargeonce.WebhookOutcome{DisableAfter: s.disableAfter()}
 	o.Attempt = chargeonce.WebhookAttempt{EventID: d.Event.ID, EndpointID: d.Endpoint.ID}
 	now := time.Now()
@@ -392,7 +407,7 @@ func (s *Sender) attempt(ctx context.Context, d chargeonce.WebhookDelivery, body
 	resp, err := s.client.Do(req)
 	o.Attempt.Latency = time.Since(start)
 	if err != nil {
-		o.Attempt.Error = describe(err)
+		o.Attempt.Error = describe(redactErr(err))
 		o.RetryIn = s.retryIn(d.Attempts, 0)
 		return o
 	}
