@@ -41,6 +41,18 @@ const (
 	EventsListMaxLimit     = 100
 )
 
+// EventAttemptsEmbedded is how many delivery attempts WebhookEventGet
+// returns with an event: its most recent. An event redelivered without end
+// once showed 3,647 (842 KB); the rest are read a page at a time
+// (WebhookAttemptsList).
+const EventAttemptsEmbedded = 20
+
+// Limits of a page of delivery attempts.
+const (
+	AttemptsListDefaultLimit = 10
+	AttemptsListMaxLimit     = 100
+)
+
 // WebhookEndpoint is a merchant's receiver of settlement events.
 type WebhookEndpoint struct {
 	ID          string
@@ -82,6 +94,8 @@ type WebhookEvent struct {
 
 // WebhookAttempt is one try at delivering an event to an endpoint.
 type WebhookAttempt struct {
+	// ID orders an event's attempts (a later attempt has a larger ID).
+	ID         int64
 	EventID    string
 	EndpointID string
 	At         time.Time
@@ -156,6 +170,34 @@ type EventsPage struct {
 	HasMore bool
 }
 
+// AttemptsListParams select one page of an event's delivery attempts,
+// newest first.
+type AttemptsListParams struct {
+	MerchantID string
+	EventID    string
+	Limit      int
+	// StartingAfter, an attempt's ID, asks for the attempts older than it.
+	StartingAfter int64
+}
+
+// AttemptsPage is one page of attempts, newest first.
+type AttemptsPage struct {
+	Attempts []WebhookAttempt
+	HasMore  bool
+}
+
+// Check reports the first thing wrong with p as an EINVALID error naming
+// its parameter. Both stores call it.
+func (p *AttemptsListParams) Check() error {
+	if p.Limit < 1 || p.Limit > AttemptsListMaxLimit {
+		return FieldError("limit", "limit must be between 1 and %d; got %d", AttemptsListMaxLimit, p.Limit)
+	}
+	if p.StartingAfter < 0 {
+		return FieldError("starting_after", "starting_after must be an attempt's id")
+	}
+	return nil
+}
+
 // Webhooks is the part of the store behind settlement webhooks. Events are
 // written by the statement that completes an idempotency record (KeyComplete
 // and its batched form), never by a separate call, so a settled charge and
@@ -176,9 +218,14 @@ type Webhooks interface {
 	// endpoint.
 	WebhookEndpointRotate(ctx context.Context, merchantID, id, secret string, overlap time.Duration) (WebhookEndpoint, error)
 
-	// WebhookEventGet returns the merchant's event with its delivery
-	// attempts, oldest first; ENOTFOUND otherwise.
+	// WebhookEventGet returns the merchant's event with its most recent
+	// delivery attempts (EventAttemptsEmbedded at most), oldest first;
+	// ENOTFOUND otherwise.
 	WebhookEventGet(ctx context.Context, merchantID, id string) (WebhookEvent, []WebhookAttempt, error)
+	// WebhookAttemptsList returns one page of the delivery attempts of the
+	// merchant's event, newest first; ENOTFOUND when the merchant has no
+	// such event.
+	WebhookAttemptsList(ctx context.Context, p AttemptsListParams) (AttemptsPage, error)
 	// WebhookEventsList returns one page of the merchant's events. A cursor
 	// that is not one of the merchant's events is an EINVALID error.
 	WebhookEventsList(ctx context.Context, p EventsListParams) (EventsPage, error)

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -32,8 +34,9 @@ func (s *Server) routeWebhooks() {
 	s.mux.HandleFunc("GET /v1/events", s.handleListEvents)
 	s.mux.HandleFunc("GET /v1/events/{id}", s.handleGetEvent)
 	s.mux.HandleFunc("POST /v1/events/{id}/redeliver", s.handleRedeliver)
+	s.mux.HandleFunc("GET /v1/events/{id}/attempts", s.handleListAttempts)
 	for _, p := range []string{"/v1/webhook_endpoints", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/{id}/rotate_secret",
-		"/v1/events", "/v1/events/{id}", "/v1/events/{id}/redeliver"} {
+		"/v1/events", "/v1/events/{id}", "/v1/events/{id}/redeliver", "/v1/events/{id}/attempts"} {
 		s.mux.HandleFunc(p, s.methodNotAllowed)
 	}
 }
@@ -254,7 +257,7 @@ func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ev, attempts, err := s.store.WebhookEventGet(r.Context(), merchant.ID, id)
+	ev, _, err := s.store.WebhookEventGet(r.Context(), merchant.ID, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -264,16 +267,40 @@ func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	type attemptJSON struct {
-		At         string  `json:"at"`
-		Endpoint   string  `json:"endpoint"`
-		StatusCode *int    `json:"status_code"`
-		Error      *string `json:"error"`
-		LatencyMS  float64 `json:"latency_ms"`
+	// The most recent attempts only, oldest first; the rest are paged by
+	// GET /v1/events/{id}/attempts.
+	page, err := s.store.WebhookAttemptsList(r.Context(), chargeonce.AttemptsListParams{
+		MerchantID: merchant.ID, EventID: id, Limit: chargeonce.EventAttemptsEmbedded})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
+	as := attemptsOut(page.Attempts)
+	slices.Reverse(as)
+	j["delivery_attempts"] = as
+	j["delivery_attempts_has_more"] = page.HasMore
+	s.writeValue(w, http.StatusOK, j)
+}
+
+// attemptJSON is a delivery attempt as the API shows it.
+type attemptJSON struct {
+	ID         string  `json:"id"`
+	Object     string  `json:"object"`
+	At         string  `json:"at"`
+	Endpoint   string  `json:"endpoint"`
+	StatusCode *int    `json:"status_code"`
+	Error      *string `json:"error"`
+	LatencyMS  float64 `json:"latency_ms"`
+}
+
+// attemptIDPrefix begins an attempt's id in the API: att_ and its number.
+const attemptIDPrefix = "att_"
+
+func attemptsOut(attempts []chargeonce.WebhookAttempt) []attemptJSON {
 	as := make([]attemptJSON, len(attempts))
 	for i, a := range attempts {
-		as[i] = attemptJSON{At: a.At.UTC().Format(time.RFC3339Nano), Endpoint: a.EndpointID, LatencyMS: float64(a.Latency.Microseconds()) / 1000}
+		as[i] = attemptJSON{ID: attemptIDPrefix + strconv.FormatInt(a.ID, 10), Object: "webhook_attempt",
+			At: a.At.UTC().Format(time.RFC3339Nano), Endpoint: a.EndpointID, LatencyMS: float64(a.Latency.Microseconds()) / 1000}
 		if a.StatusCode != 0 {
 			as[i].StatusCode = &attempts[i].StatusCode
 		}
@@ -281,8 +308,57 @@ func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
 			as[i].Error = &attempts[i].Error
 		}
 	}
-	j["delivery_attempts"] = as
-	s.writeValue(w, http.StatusOK, j)
+	return as
+}
+
+// attemptsParams are the query parameters GET /v1/events/{id}/attempts
+// understands.
+var attemptsParams = map[string]bool{"limit": true, "starting_after": true}
+
+func (s *Server) handleListAttempts(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "event")
+	if !ok {
+		return
+	}
+	p := chargeonce.AttemptsListParams{MerchantID: merchant.ID, EventID: id, Limit: chargeonce.AttemptsListDefaultLimit}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err))
+		return
+	}
+	for name, vs := range q {
+		if !attemptsParams[name] {
+			s.writeError(w, r, chargeonce.FieldError("query", "unknown query parameter; GET /v1/events/{id}/attempts takes limit and starting_after"))
+			return
+		}
+		if len(vs) != 1 || vs[0] == "" || !chargeonce.ValidText(vs[0]) {
+			s.writeError(w, r, chargeonce.FieldError(name, "%s must be given once, not empty", name))
+			return
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > chargeonce.AttemptsListMaxLimit {
+			s.writeError(w, r, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", chargeonce.AttemptsListMaxLimit))
+			return
+		}
+		p.Limit = n
+	}
+	if v := q.Get("starting_after"); v != "" {
+		n, err := strconv.ParseInt(strings.TrimPrefix(v, attemptIDPrefix), 10, 64)
+		if !strings.HasPrefix(v, attemptIDPrefix) || err != nil || n <= 0 {
+			s.writeError(w, r, chargeonce.FieldError("starting_after", "starting_after must be an attempt's id (att_…)"))
+			return
+		}
+		p.StartingAfter = n
+	}
+	page, err := s.store.WebhookAttemptsList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeValue(w, http.StatusOK, map[string]any{"object": "list", "data": attemptsOut(page.Attempts), "has_more": page.HasMore,
+		"url": "/v1/events/" + id + "/attempts"})
 }
 
 func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request) {

@@ -157,28 +157,66 @@ FROM webhook_events WHERE merchant_id = $1 AND id = $2`, merchantID, id).
 	if err != nil {
 		return ev, nil, fmt.Errorf("reading event: %w", translate(err))
 	}
-	rows, err := s.pool.Query(ctx, `SELECT event_id, endpoint_id, at, COALESCE(status_code, 0), COALESCE(error, ''), latency_us
-FROM webhook_attempts WHERE event_id = $1 ORDER BY id`, id)
+	attempts, err := s.attempts(ctx, `SELECT id, event_id, endpoint_id, at, COALESCE(status_code, 0), COALESCE(error, ''), latency_us
+FROM (SELECT * FROM webhook_attempts WHERE event_id = $1 ORDER BY id DESC LIMIT $2) a ORDER BY id`, id, chargeonce.EventAttemptsEmbedded)
 	if err != nil {
-		return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+		return ev, nil, fmt.Errorf("reading event attempts: %w", err)
+	}
+	return ev, attempts, nil
+}
+
+// attempts reads the attempts query q selects.
+func (s *Store) attempts(ctx context.Context, q string, args ...any) ([]chargeonce.WebhookAttempt, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, translate(err)
 	}
 	defer rows.Close()
-	attempts := []chargeonce.WebhookAttempt{}
+	out := []chargeonce.WebhookAttempt{}
 	for rows.Next() {
 		var (
 			a  chargeonce.WebhookAttempt
 			us int64
 		)
-		if err := rows.Scan(&a.EventID, &a.EndpointID, &a.At, &a.StatusCode, &a.Error, &us); err != nil {
-			return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+		if err := rows.Scan(&a.ID, &a.EventID, &a.EndpointID, &a.At, &a.StatusCode, &a.Error, &us); err != nil {
+			return nil, translate(err)
 		}
 		a.Latency = time.Duration(us) * time.Microsecond
-		attempts = append(attempts, a)
+		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+		return nil, translate(err)
 	}
-	return ev, attempts, nil
+	return out, nil
+}
+
+// WebhookAttemptsList pages the attempts of the merchant's event, newest
+// first, by keyset on the attempt's id.
+func (s *Store) WebhookAttemptsList(ctx context.Context, p chargeonce.AttemptsListParams) (chargeonce.AttemptsPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.AttemptsPage{}, err
+	}
+	if !chargeonce.ValidText(p.MerchantID) || !chargeonce.ValidText(p.EventID) {
+		return chargeonce.AttemptsPage{}, notFound("event", p.EventID)
+	}
+	var found bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM webhook_events WHERE merchant_id = $1 AND id = $2)`,
+		p.MerchantID, p.EventID).Scan(&found); err != nil {
+		return chargeonce.AttemptsPage{}, fmt.Errorf("listing attempts: %w", translate(err))
+	}
+	if !found {
+		return chargeonce.AttemptsPage{}, notFound("event", p.EventID)
+	}
+	attempts, err := s.attempts(ctx, `SELECT id, event_id, endpoint_id, at, COALESCE(status_code, 0), COALESCE(error, ''), latency_us
+FROM webhook_attempts WHERE event_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, p.EventID, p.StartingAfter, p.Limit+1)
+	if err != nil {
+		return chargeonce.AttemptsPage{}, fmt.Errorf("listing attempts: %w", err)
+	}
+	page := chargeonce.AttemptsPage{Attempts: attempts}
+	if len(attempts) > p.Limit {
+		page.Attempts, page.HasMore = attempts[:p.Limit], true
+	}
+	return page, nil
 }
 
 // WebhookEventsList pages the merchant's events, newest first, by keyset.

@@ -149,28 +149,60 @@ FROM webhook_events WHERE merchant_id = ?1 AND id = ?2`, merchantID, id))
 	if err != nil {
 		return ev, nil, wrap("reading event", err)
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT event_id, endpoint_id, at, coalesce(status_code, 0), coalesce(error, ''), latency_us
-FROM webhook_attempts WHERE event_id = ?1 ORDER BY id`, id)
+	attempts, err := s.attempts(ctx, `SELECT id, event_id, endpoint_id, at, coalesce(status_code, 0), coalesce(error, ''), latency_us
+FROM (SELECT * FROM webhook_attempts WHERE event_id = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id`, id, chargeonce.EventAttemptsEmbedded)
 	if err != nil {
 		return ev, nil, wrap("reading event attempts", err)
 	}
+	return ev, attempts, nil
+}
+
+// attempts reads the attempts query q selects.
+func (s *Store) attempts(ctx context.Context, q string, args ...any) ([]chargeonce.WebhookAttempt, error) {
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	attempts := []chargeonce.WebhookAttempt{}
+	out := []chargeonce.WebhookAttempt{}
 	for rows.Next() {
 		var (
 			a      chargeonce.WebhookAttempt
 			at, us int64
 		)
-		if err := rows.Scan(&a.EventID, &a.EndpointID, &at, &a.StatusCode, &a.Error, &us); err != nil {
-			return ev, nil, wrap("reading event attempts", err)
+		if err := rows.Scan(&a.ID, &a.EventID, &a.EndpointID, &at, &a.StatusCode, &a.Error, &us); err != nil {
+			return nil, err
 		}
 		a.At, a.Latency = fromMicros(at), time.Duration(us)*time.Microsecond
-		attempts = append(attempts, a)
+		out = append(out, a)
 	}
-	if err := rows.Err(); err != nil {
-		return ev, nil, wrap("reading event attempts", err)
+	return out, rows.Err()
+}
+
+// WebhookAttemptsList pages the attempts of the merchant's event, newest
+// first, by keyset on the attempt's id.
+func (s *Store) WebhookAttemptsList(ctx context.Context, p chargeonce.AttemptsListParams) (chargeonce.AttemptsPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.AttemptsPage{}, err
 	}
-	return ev, attempts, nil
+	var found int
+	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM webhook_events WHERE merchant_id = ?1 AND id = ?2`,
+		p.MerchantID, p.EventID).Scan(&found); err != nil {
+		return chargeonce.AttemptsPage{}, wrap("listing attempts", err)
+	}
+	if found == 0 {
+		return chargeonce.AttemptsPage{}, notFound("event", p.EventID)
+	}
+	attempts, err := s.attempts(ctx, `SELECT id, event_id, endpoint_id, at, coalesce(status_code, 0), coalesce(error, ''), latency_us
+FROM webhook_attempts WHERE event_id = ?1 AND (?2 = 0 OR id < ?2) ORDER BY id DESC LIMIT ?3`, p.EventID, p.StartingAfter, p.Limit+1)
+	if err != nil {
+		return chargeonce.AttemptsPage{}, wrap("listing attempts", err)
+	}
+	page := chargeonce.AttemptsPage{Attempts: attempts}
+	if len(attempts) > p.Limit {
+		page.Attempts, page.HasMore = attempts[:p.Limit], true
+	}
+	return page, nil
 }
 
 // WebhookEventsList pages the merchant's events, newest first, by keyset.

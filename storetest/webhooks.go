@@ -29,6 +29,7 @@ var webhookTests = []struct {
 	{"WebhookRedeliverOnePending", testWebhookRedeliverOnePending},
 	{"WebhookClaimPastHeldBacklog", testWebhookClaimPastHeldBacklog},
 	{"WebhookEndpointCapRace", testWebhookEndpointCapRace},
+	{"WebhookAttemptsPaged", testWebhookAttemptsPaged},
 }
 
 func addEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.WebhookEndpoint {
@@ -642,4 +643,64 @@ func testWebhookEndpointCapRace(t *testing.T, s chargeonce.Store) {
 		t.Fatal(err)
 	}
 	addEndpoint(t, s, "m1")
+}
+
+// testWebhookAttemptsPaged: an event with 30 attempts shows its 20 most
+// recent with it (EventAttemptsEmbedded), and pages of its attempts, newest
+// first, cover the 30 once each; another merchant reads none.
+func testWebhookAttemptsPaged(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	settle(t, s, "m1", "k1")
+	const n = 30
+	for i := range n {
+		ds := claimDeliveries(t, s, longLease)
+		if len(ds) != 1 {
+			t.Fatalf("attempt %d: claimed %d", i, len(ds))
+		}
+		if _, err := s.WebhookDeliveryFinish(t.Context(), ds[0], chargeonce.WebhookOutcome{
+			Attempt: chargeonce.WebhookAttempt{StatusCode: 500 + i, Latency: time.Millisecond}, RetryIn: time.Microsecond}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ev := events(t, s, "m1")[0]
+	_, embedded, err := s.WebhookEventGet(t.Context(), "m1", ev.ID)
+	if err != nil || len(embedded) != chargeonce.EventAttemptsEmbedded {
+		t.Fatalf("WebhookEventGet: %d attempts, %v; want the %d most recent", len(embedded), err, chargeonce.EventAttemptsEmbedded)
+	}
+	if embedded[0].StatusCode != 500+n-chargeonce.EventAttemptsEmbedded || embedded[len(embedded)-1].StatusCode != 500+n-1 {
+		t.Fatalf("embedded attempts %d..%d, want the most recent, oldest first", embedded[0].StatusCode, embedded[len(embedded)-1].StatusCode)
+	}
+	var (
+		seen   []int
+		cursor int64
+	)
+	for page := 0; ; page++ {
+		p, err := s.WebhookAttemptsList(t.Context(), chargeonce.AttemptsListParams{MerchantID: "m1", EventID: ev.ID, Limit: 7, StartingAfter: cursor})
+		if err != nil || len(p.Attempts) == 0 || len(p.Attempts) > 7 || page > 5 {
+			t.Fatalf("page %d: %+v, %v", page, p, err)
+		}
+		for _, a := range p.Attempts {
+			seen = append(seen, a.StatusCode)
+			if a.ID == 0 || a.EventID != ev.ID {
+				t.Fatalf("attempt %+v", a)
+			}
+		}
+		cursor = p.Attempts[len(p.Attempts)-1].ID
+		if !p.HasMore {
+			break
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("pages cover %d attempts, want %d: %v", len(seen), n, seen)
+	}
+	for i, code := range seen {
+		if code != 500+n-1-i {
+			t.Fatalf("pages in order %v, want newest first", seen)
+		}
+	}
+	_, err = s.WebhookAttemptsList(t.Context(), chargeonce.AttemptsListParams{MerchantID: "m2", EventID: ev.ID, Limit: 10})
+	wantCode(t, "another merchant's attempts", err, chargeonce.ENOTFOUND)
+	_, err = s.WebhookAttemptsList(t.Context(), chargeonce.AttemptsListParams{MerchantID: "m1", EventID: ev.ID, Limit: 101})
+	wantCode(t, "limit 101", err, chargeonce.EINVALID)
 }
