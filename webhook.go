@@ -16,11 +16,16 @@ const (
 	EndpointDisabled EndpointStatus = "disabled"
 )
 
-// Event types (SPEC "Settlement events and webhooks").
+// Event types (SPEC "Settlement events and webhooks"). EventTest is sent
+// by POST /v1/webhook_endpoints/{id}/test only: it is never recorded.
 const (
 	EventChargeCaptured = "charge.captured"
 	EventChargeDeclined = "charge.declined"
+	EventTest           = "webhook.test"
 )
+
+// EventTypes are the types an endpoint may enable.
+var EventTypes = []string{EventChargeCaptured, EventChargeDeclined}
 
 // WebhookSecretOverlap is how long a rotated-out secret keeps signing
 // deliveries beside the new one, so a receiver can switch secrets without
@@ -59,7 +64,10 @@ type WebhookEndpoint struct {
 	MerchantID  string
 	URL         string
 	Description string
-	Status      EndpointStatus
+	// EnabledEvents are the event types the endpoint receives; nil for
+	// every type.
+	EnabledEvents []string
+	Status        EndpointStatus
 	// DisabledReason says why a disabled endpoint was disabled.
 	DisabledReason string
 	// Secret signs every delivery. OldSecret, until OldSecretUntil, signs
@@ -78,6 +86,17 @@ func (e *WebhookEndpoint) Secrets(now time.Time) []string {
 		s = append(s, e.OldSecret)
 	}
 	return s
+}
+
+// WebhookEndpointUpdate changes an endpoint: each field set is applied.
+type WebhookEndpointUpdate struct {
+	// Disabled, when set, disables the endpoint (ending its pending
+	// deliveries) or enables it again (its failure clock starts afresh).
+	Disabled *bool
+	// EnabledEvents, when set, replaces the endpoint's event types; an
+	// empty slice means every type.
+	EnabledEvents *[]string
+	Description   *string
 }
 
 // WebhookEvent is the settlement of one charge, written in the transaction
@@ -213,6 +232,15 @@ type Webhooks interface {
 	// WebhookEndpointDelete removes the merchant's endpoint and its pending
 	// deliveries; ENOTFOUND when it has no such endpoint.
 	WebhookEndpointDelete(ctx context.Context, merchantID, id string) error
+	// WebhookEndpointUpdate applies u to the merchant's endpoint and
+	// returns it; ENOTFOUND when the merchant has no such endpoint.
+	WebhookEndpointUpdate(ctx context.Context, merchantID, id string, u WebhookEndpointUpdate) (WebhookEndpoint, error)
+	// WebhookEndpointRecover owes again, once each and due now, the events
+	// of the merchant created at or after since whose delivery to the
+	// endpoint failed and that it has neither received nor still owes;
+	// it returns how many it queued. ENOTFOUND when the merchant has no
+	// such endpoint; EINVALID when the endpoint is disabled.
+	WebhookEndpointRecover(ctx context.Context, merchantID, id string, since time.Time) (int, error)
 	// WebhookEndpointRotate makes secret the endpoint's secret; the old one
 	// keeps signing for overlap. ENOTFOUND when the merchant has no such
 	// endpoint.

@@ -13,6 +13,7 @@ import (
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/webhook"
 	"github.com/chargeonce/chargeonce/wire"
 )
 
@@ -32,6 +33,8 @@ type Server struct {
 	webhooksAllowPrivate bool
 	// webhookRate limits each merchant on the webhook and event routes.
 	webhookRate *webhookLimits
+	// tester sends test events to endpoints.
+	tester *webhook.Tester
 }
 
 // OutcomeObserver is told the answer to every charge attempt the engine
@@ -68,6 +71,7 @@ type Config struct {
 func New(cfg Config) *Server {
 	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux(),
 		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, webhookRate: &webhookLimits{shape: cfg.WebhooksRate}}
+	s.tester = webhook.NewTester(cfg.WebhooksAllowPrivate)
 	if s.webhookRate.shape.IsZero() {
 		s.webhookRate.shape = DefaultWebhooksRate
 	}

@@ -30,12 +30,16 @@ func (s *Server) routeWebhooks() {
 	s.mux.HandleFunc("POST /v1/webhook_endpoints", s.handleCreateEndpoint)
 	s.mux.HandleFunc("GET /v1/webhook_endpoints", s.handleListEndpoints)
 	s.mux.HandleFunc("DELETE /v1/webhook_endpoints/{id}", s.handleDeleteEndpoint)
+	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}", s.handleUpdateEndpoint)
+	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}/recover", s.handleRecoverEndpoint)
+	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}/test", s.handleTestEndpoint)
 	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}/rotate_secret", s.handleRotateSecret)
 	s.mux.HandleFunc("GET /v1/events", s.handleListEvents)
 	s.mux.HandleFunc("GET /v1/events/{id}", s.handleGetEvent)
 	s.mux.HandleFunc("POST /v1/events/{id}/redeliver", s.handleRedeliver)
 	s.mux.HandleFunc("GET /v1/events/{id}/attempts", s.handleListAttempts)
 	for _, p := range []string{"/v1/webhook_endpoints", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/{id}/rotate_secret",
+		"/v1/webhook_endpoints/{id}/recover", "/v1/webhook_endpoints/{id}/test",
 		"/v1/events", "/v1/events/{id}", "/v1/events/{id}/redeliver", "/v1/events/{id}/attempts"} {
 		s.mux.HandleFunc(p, s.methodNotAllowed)
 	}
@@ -44,19 +48,23 @@ func (s *Server) routeWebhooks() {
 // endpointJSON is the public form of an endpoint; Secret only on creation
 // and rotation.
 type endpointJSON struct {
-	ID             string `json:"id"`
-	Object         string `json:"object"`
-	URL            string `json:"url"`
-	Description    string `json:"description"`
-	Status         string `json:"status"`
-	DisabledReason string `json:"disabled_reason,omitempty"`
-	CreatedAt      string `json:"created_at"`
-	Secret         string `json:"secret,omitempty"`
+	ID             string   `json:"id"`
+	Object         string   `json:"object"`
+	URL            string   `json:"url"`
+	Description    string   `json:"description"`
+	EnabledEvents  []string `json:"enabled_events"`
+	Status         string   `json:"status"`
+	DisabledReason string   `json:"disabled_reason,omitempty"`
+	CreatedAt      string   `json:"created_at"`
+	Secret         string   `json:"secret,omitempty"`
 }
 
 func endpointOut(e chargeonce.WebhookEndpoint, withSecret bool) endpointJSON {
 	out := endpointJSON{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Description: e.Description, Status: string(e.Status),
-		DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339)}
+		DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339), EnabledEvents: e.EnabledEvents}
+	if len(out.EnabledEvents) == 0 {
+		out.EnabledEvents = []string{"*"}
+	}
 	if withSecret {
 		out.Secret = e.Secret
 	}
@@ -105,8 +113,9 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		URL         string `json:"url"`
-		Description string `json:"description"`
+		URL           string   `json:"url"`
+		Description   string   `json:"description"`
+		EnabledEvents []string `json:"enabled_events"`
 	}
 	if err := wire.Decode(body, &in); err != nil {
 		s.writeError(w, r, err)
@@ -125,6 +134,10 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 			err = chargeonce.FieldError("url", "%v", uerr)
 		}
 	}
+	var events []string
+	if err == nil && in.EnabledEvents != nil {
+		events, err = checkEventTypes(in.EnabledEvents)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -132,6 +145,7 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 	// The store refuses an endpoint past MaxWebhookEndpoints, atomically.
 	e, err := s.store.WebhookEndpointCreate(r.Context(), chargeonce.WebhookEndpoint{
 		ID: "we_" + idempotency.NewToken()[:24], MerchantID: merchant.ID, URL: in.URL, Description: in.Description, Secret: webhook.NewSecret(),
+		EnabledEvents: events,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -372,4 +386,133 @@ func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeValue(w, http.StatusAccepted, map[string]any{"id": id, "object": "event", "deliveries_queued": n})
+}
+
+// checkEventTypes reads an enabled_events list: known types, or "*" alone
+// for every type (returned as nil).
+func checkEventTypes(types []string) ([]string, error) {
+	if len(types) == 0 {
+		return nil, chargeonce.FieldError("enabled_events", `enabled_events must list event types, or be ["*"] for every type`)
+	}
+	if len(types) == 1 && types[0] == "*" {
+		return nil, nil
+	}
+	var out []string
+	for _, t := range types {
+		if !slices.Contains(chargeonce.EventTypes, t) {
+			return nil, chargeonce.FieldError("enabled_events", "enabled_events: unknown event type; the types are %s, or * for every type",
+				strings.Join(chargeonce.EventTypes, ", "))
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// handleUpdateEndpoint changes an endpoint: {"disabled": false} enables a
+// disabled one again (Stripe's and Svix's way), {"disabled": true}
+// disables it, enabled_events and description replace theirs.
+func (s *Server) handleUpdateEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var in struct {
+		Disabled      *bool     `json:"disabled"`
+		EnabledEvents *[]string `json:"enabled_events"`
+		Description   *string   `json:"description"`
+	}
+	if err := wire.Decode(body, &in); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	u := chargeonce.WebhookEndpointUpdate{Disabled: in.Disabled, Description: in.Description}
+	if in.Description != nil && (!chargeonce.ValidText(*in.Description) || len([]rune(*in.Description)) > maxDescriptionLen) {
+		s.writeError(w, r, chargeonce.FieldError("description", "description must be text of at most %d characters", maxDescriptionLen))
+		return
+	}
+	if in.EnabledEvents != nil {
+		events, err := checkEventTypes(*in.EnabledEvents)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if events == nil {
+			events = []string{}
+		}
+		u.EnabledEvents = &events
+	}
+	if u.Disabled == nil && u.EnabledEvents == nil && u.Description == nil {
+		s.writeError(w, r, chargeonce.FieldError("disabled", "give disabled, enabled_events or description"))
+		return
+	}
+	e, err := s.store.WebhookEndpointUpdate(r.Context(), merchant.ID, id, u)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("webhook endpoint updated", "merchant", merchant.ID, "endpoint", id, "status", e.Status)
+	s.writeValue(w, http.StatusOK, endpointOut(e, false))
+}
+
+// handleRecoverEndpoint queues again, once each, the events whose delivery
+// to the endpoint failed since a time.
+func (s *Server) handleRecoverEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var in struct {
+		Since string `json:"since"`
+	}
+	if err := wire.Decode(body, &in); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	since, perr := time.Parse(time.RFC3339, in.Since)
+	if perr != nil || since.Year() < 2000 {
+		s.writeError(w, r, chargeonce.FieldError("since", "since must be an RFC 3339 time, as in 2026-12-01T00:00:00Z"))
+		return
+	}
+	n, err := s.store.WebhookEndpointRecover(r.Context(), merchant.ID, id, since)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeValue(w, http.StatusAccepted, map[string]any{"id": id, "object": "webhook_endpoint", "deliveries_queued": n})
+}
+
+// handleTestEndpoint sends the endpoint a webhook.test event now and says
+// how it went; it is neither recorded nor retried.
+func (s *Server) handleTestEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
+		return
+	}
+	eps, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	i := slices.IndexFunc(eps, func(e chargeonce.WebhookEndpoint) bool { return e.ID == id })
+	if i < 0 {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
+		return
+	}
+	evID, a := s.tester.Send(r.Context(), eps[i])
+	a.EventID, a.EndpointID = evID, id
+	out := attemptsOut([]chargeonce.WebhookAttempt{a})[0]
+	s.writeValue(w, http.StatusOK, map[string]any{"object": "webhook_test", "event": evID, "type": chargeonce.EventTest,
+		"delivered": a.StatusCode >= 200 && a.StatusCode < 300, "status_code": out.StatusCode, "error": out.Error, "latency_ms": out.LatencyMS})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -172,5 +173,91 @@ func TestEndpointURLSecretNotLogged(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "webhook endpoint created") || strings.Contains(logs.String(), "tok-s3cr3t") {
 		t.Fatalf("log (want the creation, without the token):\n%s", logs.String())
+	}
+}
+
+// TestEndpointLifecycleAPI: enabled_events on creation, a test event that
+// reaches the receiver signed, {"disabled": true} then {"disabled": false},
+// and "recover failed since T", on both stores.
+func TestEndpointLifecycleAPI(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var got atomic.Int64
+			recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("webhook-signature") != "" && r.Header.Get("webhook-id") != "" {
+					got.Add(1)
+				}
+			}))
+			defer recv.Close()
+			store := apitest.Store(t, kind)
+			keys, err := httpapi.ParseKeys("demo:" + apitest.APIKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng := engine.New(store, apitest.Simulator(t, acquirer.Options{}), engine.Options{AcquirerTimeout: 5 * time.Second, Lease: 10 * time.Second})
+			srv := httptest.NewServer(httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, WebhooksAllowPrivate: true}))
+			defer srv.Close()
+			do := func(method, path, body string) apitest.Result {
+				t.Helper()
+				var b []byte
+				if body != "" {
+					b = []byte(body)
+				}
+				r, err := apitest.Do(t, nil, method, srv.URL+path, b, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			if r := do("POST", "/v1/webhook_endpoints", `{"url":"`+recv.URL+`","enabled_events":["charge.nope"]}`); r.Status != 400 {
+				t.Fatalf("unknown event type: %d %s", r.Status, r.Body)
+			}
+			r := do("POST", "/v1/webhook_endpoints", `{"url":"`+recv.URL+`","enabled_events":["charge.declined"]}`)
+			var ep struct {
+				ID            string
+				EnabledEvents []string `json:"enabled_events"`
+				Status        string
+			}
+			if r.Status != 201 || json.Unmarshal(r.Body, &ep) != nil || len(ep.EnabledEvents) != 1 || ep.EnabledEvents[0] != "charge.declined" {
+				t.Fatalf("create: %d %s", r.Status, r.Body)
+			}
+			r = do("POST", "/v1/webhook_endpoints/"+ep.ID+"/test", "")
+			var test struct {
+				Delivered  bool
+				StatusCode *int `json:"status_code"`
+			}
+			if r.Status != 200 || json.Unmarshal(r.Body, &test) != nil || !test.Delivered || got.Load() != 1 {
+				t.Fatalf("test event: %d %s (receiver got %d)", r.Status, r.Body, got.Load())
+			}
+			if r := do("POST", "/v1/webhook_endpoints/"+ep.ID, `{"disabled":true}`); r.Status != 200 || !strings.Contains(string(r.Body), `"disabled"`) {
+				t.Fatalf("disable: %d %s", r.Status, r.Body)
+			}
+			if r := do("POST", "/v1/webhook_endpoints/"+ep.ID+"/recover", `{"since":"2026-01-01T00:00:00Z"}`); r.Status != 400 {
+				t.Fatalf("recover to a disabled endpoint: %d %s", r.Status, r.Body)
+			}
+			r = do("POST", "/v1/webhook_endpoints/"+ep.ID, `{"disabled":false,"enabled_events":["*"]}`)
+			if r.Status != 200 || json.Unmarshal(r.Body, &ep) != nil || ep.Status != "enabled" || ep.EnabledEvents[0] != "*" {
+				t.Fatalf("enable again: %d %s", r.Status, r.Body)
+			}
+			if r := do("POST", "/v1/webhook_endpoints/"+ep.ID+"/recover", `{"since":"2026-01-01T00:00:00Z"}`); r.Status != 202 || !strings.Contains(string(r.Body), `"deliveries_queued":0`) {
+				t.Fatalf("recover: %d %s", r.Status, r.Body)
+			}
+			for body, field := range map[string]string{`{}`: "disabled", `{"since":"yesterday"}`: "since", `{"disabled":"no"}`: "disabled"} {
+				path := "/v1/webhook_endpoints/" + ep.ID
+				if field == "since" {
+					path += "/recover"
+				}
+				if r := do("POST", path, body); r.Status != 400 {
+					t.Errorf("POST %s %s: %d %s, want 400", path, body, r.Status, r.Body)
+				}
+			}
+			for _, p := range []string{"/v1/webhook_endpoints/we_nope", "/v1/webhook_endpoints/we_nope/test", "/v1/webhook_endpoints/we_nope/recover"} {
+				if r := do("POST", p, `{"disabled":false,"since":"2026-01-01T00:00:00Z"}`); r.Status != 404 && r.Status != 400 {
+					t.Errorf("POST %s: %d %s, want 404", p, r.Status, r.Body)
+				}
+			}
+		})
 	}
 }

@@ -31,6 +31,9 @@ func TestMigration0013OnData(t *testing.T) {
 	for _, q := range []string{
 		`DROP INDEX webhook_deliveries_one_pending`,
 		`DROP INDEX webhook_deliveries_endpoint_due`,
+		`CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at, id) WHERE state = 'pending'`,
+		`DROP INDEX webhook_deliveries_endpoint_failed`,
+		`ALTER TABLE webhook_endpoints DROP COLUMN enabled_events`,
 		`CREATE INDEX webhook_deliveries_endpoint ON webhook_deliveries (endpoint_id) WHERE state = 'pending'`,
 		`DELETE FROM schema_migrations WHERE version = 13`,
 		`INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, state) VALUES

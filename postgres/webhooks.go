@@ -13,7 +13,7 @@ import (
 )
 
 const endpointColumns = `id, merchant_id, url, description, status, COALESCE(disabled_reason, ''),
-	secret, COALESCE(old_secret, ''), old_secret_until, created_at`
+	secret, COALESCE(old_secret, ''), old_secret_until, created_at, enabled_events`
 
 func scanEndpoint(row pgx.Row) (chargeonce.WebhookEndpoint, error) {
 	var (
@@ -22,7 +22,10 @@ func scanEndpoint(row pgx.Row) (chargeonce.WebhookEndpoint, error) {
 		oldUntil *time.Time
 	)
 	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
-		&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt)
+		&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt, &e.EnabledEvents)
+	if len(e.EnabledEvents) == 0 {
+		e.EnabledEvents = nil
+	}
 	e.Status = chargeonce.EndpointStatus(status)
 	if oldUntil != nil {
 		e.OldSecretUntil = *oldUntil
@@ -57,9 +60,9 @@ func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookE
 		}
 		var err error
 		out, err = scanEndpoint(tx.QueryRow(ctx, `
-INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret)
-VALUES ($1, $2, $3, $4, $5)
-RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret))
+INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, enabled_events)
+VALUES ($1, $2, $3, $4, $5, $6)
+RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret, nilIfEmpty(e.EnabledEvents)))
 		return err
 	})
 	if chargeonce.ErrorCode(err) == chargeonce.EINVALID {
@@ -69,6 +72,96 @@ RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret)
 		return chargeonce.WebhookEndpoint{}, fmt.Errorf("creating webhook endpoint: %w", translate(err))
 	}
 	return out, nil
+}
+
+// nilIfEmpty stores "every event type" as NULL.
+func nilIfEmpty(types []string) []string {
+	if len(types) == 0 {
+		return nil
+	}
+	return types
+}
+
+// WebhookEndpointUpdate applies u in one transaction: disabling ends the
+// endpoint's pending deliveries, enabling restarts its failure clock.
+func (s *Store) WebhookEndpointUpdate(ctx context.Context, merchantID, id string, u chargeonce.WebhookEndpointUpdate) (chargeonce.WebhookEndpoint, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.WebhookEndpoint{}, notFound("webhook endpoint", id)
+	}
+	var (
+		out       chargeonce.WebhookEndpoint
+		setEvents bool
+		events    []string
+	)
+	if u.EnabledEvents != nil {
+		setEvents, events = true, nilIfEmpty(*u.EnabledEvents)
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanEndpoint(tx.QueryRow(ctx, `
+UPDATE webhook_endpoints SET
+	status = CASE WHEN $3::boolean IS NULL THEN status WHEN $3 THEN 'disabled' ELSE 'enabled' END,
+	disabled_reason = CASE WHEN $3::boolean IS NULL THEN disabled_reason
+		WHEN $3 THEN CASE WHEN status = 'enabled' THEN 'disabled by the merchant' ELSE disabled_reason END
+		ELSE NULL END,
+	failing_since = CASE WHEN $3 = false THEN NULL ELSE failing_since END,
+	enabled_events = CASE WHEN $4 THEN $5::text[] ELSE enabled_events END,
+	description = COALESCE($6, description)
+WHERE merchant_id = $1 AND id = $2
+RETURNING `+endpointColumns, merchantID, id, u.Disabled, setEvents, events, u.Description))
+		if err != nil {
+			return err
+		}
+		if out.Status == chargeonce.EndpointDisabled {
+			_, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET state = 'failed' WHERE endpoint_id = $1 AND state = 'pending'`, id)
+		}
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.WebhookEndpoint{}, notFound("webhook endpoint", id)
+	}
+	if err != nil {
+		return chargeonce.WebhookEndpoint{}, fmt.Errorf("updating webhook endpoint: %w", translate(err))
+	}
+	return out, nil
+}
+
+// WebhookEndpointRecover queues again the failed deliveries of the
+// endpoint created since, once per event, from
+// webhook_deliveries_endpoint_failed: an event the endpoint received since
+// (a 2xx attempt) or still owes (the unique index) is skipped.
+func (s *Store) WebhookEndpointRecover(ctx context.Context, merchantID, id string, since time.Time) (int, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return 0, notFound("webhook endpoint", id)
+	}
+	var (
+		status *string
+		n      int
+	)
+	err := s.pool.QueryRow(ctx, `
+WITH e AS (
+	SELECT id, merchant_id, status, enabled_events FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2
+), q AS (
+	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
+	SELECT DISTINCT d.event_id, d.endpoint_id, d.merchant_id
+	FROM e JOIN webhook_deliveries d ON d.endpoint_id = e.id AND d.state = 'failed' AND d.created_at >= $3
+	WHERE e.status = 'enabled'
+		AND NOT EXISTS (SELECT FROM webhook_attempts a
+			WHERE a.event_id = d.event_id AND a.endpoint_id = d.endpoint_id AND a.status_code BETWEEN 200 AND 299)
+	ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending' DO NOTHING
+	RETURNING 1
+)
+SELECT (SELECT status FROM e), (SELECT count(*) FROM q)`, merchantID, id, since).Scan(&status, &n)
+	if err != nil {
+		return 0, fmt.Errorf("recovering webhook deliveries: %w", translate(err))
+	}
+	switch {
+	case status == nil:
+		return 0, notFound("webhook endpoint", id)
+	case *status != string(chargeonce.EndpointEnabled):
+		return 0, chargeonce.Errorf(chargeonce.EINVALID, "webhook endpoint %s is disabled: enable it first", id)
+	}
+	return n, nil
 }
 
 func endpointCapError() error {
@@ -277,11 +370,12 @@ func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string
 	var n int
 	err := s.pool.QueryRow(ctx, `
 WITH ev AS (
-	SELECT id, merchant_id FROM webhook_events WHERE merchant_id = $1 AND id = $2
+	SELECT id, merchant_id, type FROM webhook_events WHERE merchant_id = $1 AND id = $2
 ), d AS (
 	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
 	SELECT ev.id, e.id, ev.merchant_id FROM ev
 	JOIN webhook_endpoints e ON e.merchant_id = ev.merchant_id AND e.status = 'enabled'
+		AND (e.enabled_events IS NULL OR ev.type = ANY (e.enabled_events))
 	-- At most one pending delivery per event and endpoint (0013): one
 	-- already owed is made due now instead.
 	ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending'
@@ -328,8 +422,9 @@ WITH due AS (
 		WHERE e.status = 'enabled' AND e.merchant_id <> ALL($5::text[])
 	) y WHERE rn <= $3 ORDER BY next_at, id LIMIT $2
 ), d AS (
+	-- By primary key, the ids in an array.
 	UPDATE webhook_deliveries w SET claimed_until = now() + $1::interval, token = $4
-	FROM due WHERE w.id = due.id AND w.state = 'pending' AND w.claimed_until <= now()
+	WHERE w.id = ANY (ARRAY(SELECT id FROM due)) AND w.state = 'pending' AND w.claimed_until <= now()
 	RETURNING w.id, w.attempts, w.event_id, w.endpoint_id
 )
 SELECT d.id, d.attempts, ev.id, ev.merchant_id, ev.charge_id, ev.type, ev.created_at,
@@ -350,7 +445,7 @@ JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, to
 		e := &d.Endpoint
 		if err := rows.Scan(&d.ID, &d.Attempts, &d.Event.ID, &d.Event.MerchantID, &d.Event.ChargeID, &d.Event.Type, &d.Event.CreatedAt,
 			&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
-			&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt); err != nil {
+			&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt, &e.EnabledEvents); err != nil {
 			return nil, fmt.Errorf("claiming webhook deliveries: %w", translate(err))
 		}
 		e.Status = chargeonce.EndpointStatus(status)
@@ -367,7 +462,7 @@ JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, to
 
 // endpointColumnsE is endpointColumns of the endpoint joined as e.
 const endpointColumnsE = `e.id, e.merchant_id, e.url, e.description, e.status, COALESCE(e.disabled_reason, ''),
-	e.secret, COALESCE(e.old_secret, ''), e.old_secret_until, e.created_at`
+	e.secret, COALESCE(e.old_secret, ''), e.old_secret_until, e.created_at, e.enabled_events`
 
 // WebhookDeliveryFinish records the attempt, then settles the delivery
 // under its claim, and keeps the endpoint's failure clock, in one

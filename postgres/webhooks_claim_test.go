@@ -41,19 +41,22 @@ SELECT 'evt_busy' || g, 'we_busy', 'busy', now() - interval '1 hour' FROM genera
 	read := func() int64 {
 		flushStats(t, s)
 		var n int64
-		if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
-FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'webhook_deliveries'`).Scan(&n); err != nil {
+		var seq, idx int64
+		if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0), coalesce(idx_tup_fetch, 0)
+FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'webhook_deliveries'`).Scan(&seq, &idx); err != nil {
 			t.Fatal(err)
 		}
+		n = seq + idx
 		return n
 	}
 	// Statistics from the setup are published before the count starts.
-	for prev := int64(-1); ; time.Sleep(10 * time.Millisecond) {
+	for prev, same := int64(-1), 0; same < 5; time.Sleep(50 * time.Millisecond) {
 		n := read()
 		if n == prev {
-			break
+			same++
+		} else {
+			prev, same = n, 0
 		}
-		prev = n
 	}
 	before := read()
 	ds, err := s.WebhookDeliveriesClaim(ctx, time.Minute, 32, 4, []string{"busy"})

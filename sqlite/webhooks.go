@@ -18,7 +18,7 @@ import (
 // endpoints and deliveries.
 
 const endpointColumns = `id, merchant_id, url, description, status, coalesce(disabled_reason, ''),
-	secret, coalesce(old_secret, ''), coalesce(old_secret_until, 0), created_at`
+	secret, coalesce(old_secret, ''), coalesce(old_secret_until, 0), created_at, coalesce(enabled_events, '')`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -27,9 +27,16 @@ func scanEndpoint(row scanner) (chargeonce.WebhookEndpoint, error) {
 		e                   chargeonce.WebhookEndpoint
 		status              string
 		oldUntil, createdAt int64
+		events              string
 	)
 	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
-		&e.Secret, &e.OldSecret, &oldUntil, &createdAt)
+		&e.Secret, &e.OldSecret, &oldUntil, &createdAt, &events)
+	if err == nil && events != "" {
+		err = json.Unmarshal([]byte(events), &e.EnabledEvents)
+		if len(e.EnabledEvents) == 0 {
+			e.EnabledEvents = nil
+		}
+	}
 	e.Status = chargeonce.EndpointStatus(status)
 	if oldUntil != 0 {
 		e.OldSecretUntil = fromMicros(oldUntil)
@@ -57,9 +64,9 @@ func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookE
 		}
 		var err error
 		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
-INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, `+nowMicros+`)
-RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret))
+INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, created_at, enabled_events)
+VALUES (?1, ?2, ?3, ?4, ?5, `+nowMicros+`, ?6)
+RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret, eventsJSON(e.EnabledEvents)))
 		if err != nil {
 			return wrap("creating webhook endpoint", err)
 		}
@@ -69,6 +76,92 @@ RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret)
 		return chargeonce.WebhookEndpoint{}, err
 	}
 	return out, nil
+}
+
+// eventsJSON stores event types as a JSON array, "every type" as NULL.
+func eventsJSON(types []string) any {
+	if len(types) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(types) // []string always encodes
+	return string(b)
+}
+
+// WebhookEndpointUpdate applies u in one transaction: disabling ends the
+// endpoint's pending deliveries, enabling restarts its failure clock.
+func (s *Store) WebhookEndpointUpdate(ctx context.Context, merchantID, id string, u chargeonce.WebhookEndpointUpdate) (chargeonce.WebhookEndpoint, error) {
+	var out chargeonce.WebhookEndpoint
+	var disabled any
+	if u.Disabled != nil {
+		disabled = *u.Disabled
+	}
+	setEvents, events := false, any(nil)
+	if u.EnabledEvents != nil {
+		setEvents, events = true, eventsJSON(*u.EnabledEvents)
+	}
+	var desc any
+	if u.Description != nil {
+		desc = *u.Description
+	}
+	err := s.write(ctx, "updating webhook endpoint", func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
+UPDATE webhook_endpoints SET
+	status = CASE WHEN ?3 IS NULL THEN status WHEN ?3 THEN 'disabled' ELSE 'enabled' END,
+	disabled_reason = CASE WHEN ?3 IS NULL THEN disabled_reason
+		WHEN ?3 THEN CASE WHEN status = 'enabled' THEN 'disabled by the merchant' ELSE disabled_reason END
+		ELSE NULL END,
+	failing_since = CASE WHEN ?3 = 0 THEN NULL ELSE failing_since END,
+	enabled_events = CASE WHEN ?4 THEN ?5 ELSE enabled_events END,
+	description = coalesce(?6, description)
+WHERE merchant_id = ?1 AND id = ?2
+RETURNING `+endpointColumns, merchantID, id, disabled, setEvents, events, desc))
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("webhook endpoint", id)
+		}
+		if err != nil {
+			return wrap("updating webhook endpoint", err)
+		}
+		if out.Status == chargeonce.EndpointDisabled {
+			if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET state = 'failed' WHERE endpoint_id = ?1 AND state = 'pending'`, id); err != nil {
+				return wrap("updating webhook endpoint", err)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// WebhookEndpointRecover queues again the failed deliveries of the
+// endpoint created since, once per event (see the PostgreSQL store).
+func (s *Store) WebhookEndpointRecover(ctx context.Context, merchantID, id string, since time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, "recovering webhook deliveries", func(ctx context.Context, tx *sql.Tx) error {
+		var status string
+		err := tx.QueryRowContext(ctx, `SELECT status FROM webhook_endpoints WHERE merchant_id = ?1 AND id = ?2`, merchantID, id).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("webhook endpoint", id)
+		}
+		if err != nil {
+			return wrap("recovering webhook deliveries", err)
+		}
+		if status != string(chargeonce.EndpointEnabled) {
+			return chargeonce.Errorf(chargeonce.EINVALID, "webhook endpoint %s is disabled: enable it first", id)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
+SELECT DISTINCT d.event_id, d.endpoint_id, d.merchant_id, `+nowMicros+`, `+nowMicros+`
+FROM webhook_deliveries d
+WHERE d.endpoint_id = ?1 AND d.state = 'failed' AND d.created_at >= ?2
+	AND NOT EXISTS (SELECT 1 FROM webhook_attempts a
+		WHERE a.event_id = d.event_id AND a.endpoint_id = d.endpoint_id AND a.status_code BETWEEN 200 AND 299)
+ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending' DO NOTHING`, id, since.UnixMicro())
+		if err != nil {
+			return wrap("recovering webhook deliveries", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
 }
 
 // WebhookEndpointsList returns the merchant's endpoints, oldest first.
@@ -264,6 +357,8 @@ func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string
 		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
 SELECT ?2, e.id, e.merchant_id, `+nowMicros+`, `+nowMicros+`
 FROM webhook_endpoints e WHERE e.merchant_id = ?1 AND e.status = 'enabled'
+	AND (e.enabled_events IS NULL OR EXISTS (SELECT 1 FROM json_each(e.enabled_events) j
+		WHERE j.value = (SELECT type FROM webhook_events WHERE id = ?2)))
 ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending'
 DO UPDATE SET next_at = min(webhook_deliveries.next_at, excluded.next_at)`, merchantID, id)
 		if err != nil {

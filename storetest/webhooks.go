@@ -30,6 +30,7 @@ var webhookTests = []struct {
 	{"WebhookClaimPastHeldBacklog", testWebhookClaimPastHeldBacklog},
 	{"WebhookEndpointCapRace", testWebhookEndpointCapRace},
 	{"WebhookAttemptsPaged", testWebhookAttemptsPaged},
+	{"WebhookEndpointLifecycle", testWebhookEndpointLifecycle},
 }
 
 func addEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.WebhookEndpoint {
@@ -703,4 +704,93 @@ func testWebhookAttemptsPaged(t *testing.T, s chargeonce.Store) {
 	wantCode(t, "another merchant's attempts", err, chargeonce.ENOTFOUND)
 	_, err = s.WebhookAttemptsList(t.Context(), chargeonce.AttemptsListParams{MerchantID: "m1", EventID: ev.ID, Limit: 101})
 	wantCode(t, "limit 101", err, chargeonce.EINVALID)
+}
+
+// testWebhookEndpointLifecycle: enabled_events filters the fan-out and
+// redelivery; disabling ends the pending deliveries; enabling again
+// delivers new settlements; "recover failed since T" queues each failed
+// event once, and not one delivered since.
+func testWebhookEndpointLifecycle(t *testing.T, s chargeonce.Store) {
+	ctx := t.Context()
+	e, err := s.WebhookEndpointCreate(ctx, chargeonce.WebhookEndpoint{ID: "we_" + randHex(8), MerchantID: "m1",
+		URL: "https://example.com/hook", Secret: "whsec_x", EnabledEvents: []string{chargeonce.EventChargeDeclined}})
+	if err != nil || len(e.EnabledEvents) != 1 {
+		t.Fatalf("create with enabled_events: %+v, %v", e, err)
+	}
+	settle(t, s, "m1", "k-captured") // captured: not for this endpoint
+	p := newIntent("m1", "k-declined")
+	insert(t, s, p)
+	if err := s.KeyComplete(ctx, chargeonce.KeyCompleteParams{MerchantID: "m1", Key: "k-declined", Token: p.Token,
+		ChargeStatus: chargeonce.StatusDeclined, DeclineCode: "card_declined", ResponseStatus: 402, ResponseBody: []byte(`{}`), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 1 || ds[0].Event.Type != chargeonce.EventChargeDeclined || len(ds[0].Endpoint.EnabledEvents) != 1 {
+		t.Fatalf("claimed %+v; want the declined event only", ds)
+	}
+	for _, ev := range events(t, s, "m1") {
+		if ev.Type == chargeonce.EventChargeCaptured {
+			if n, err := s.WebhookEventRedeliver(ctx, "m1", ev.ID); err != nil || n != 0 {
+				t.Fatalf("redeliver a captured event to an endpoint of declined ones: %d, %v", n, err)
+			}
+		}
+	}
+	// Every type again; a failed delivery, then the endpoint disabled.
+	all := []string{}
+	e, err = s.WebhookEndpointUpdate(ctx, "m1", e.ID, chargeonce.WebhookEndpointUpdate{EnabledEvents: &all})
+	if err != nil || e.EnabledEvents != nil {
+		t.Fatalf("enable every type: %+v, %v", e, err)
+	}
+	if _, err := s.WebhookDeliveryFinish(ctx, ds[0], chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 500}, RetryIn: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Hour)
+	settle(t, s, "m1", "k2")
+	yes, no := true, false
+	if e, err = s.WebhookEndpointUpdate(ctx, "m1", e.ID, chargeonce.WebhookEndpointUpdate{Disabled: &yes}); err != nil ||
+		e.Status != chargeonce.EndpointDisabled || e.DisabledReason == "" {
+		t.Fatalf("disable: %+v, %v", e, err)
+	}
+	if st, _ := s.WebhookStats(ctx); st.Pending != 0 {
+		t.Fatalf("%d pending after disabling, want 0", st.Pending)
+	}
+	_, err = s.WebhookEndpointRecover(ctx, "m1", e.ID, since)
+	wantCode(t, "recover to a disabled endpoint", err, chargeonce.EINVALID)
+	if e, err = s.WebhookEndpointUpdate(ctx, "m1", e.ID, chargeonce.WebhookEndpointUpdate{Disabled: &no}); err != nil ||
+		e.Status != chargeonce.EndpointEnabled || e.DisabledReason != "" {
+		t.Fatalf("enable again: %+v, %v", e, err)
+	}
+	_, err = s.WebhookEndpointUpdate(ctx, "m2", e.ID, chargeonce.WebhookEndpointUpdate{Disabled: &no})
+	wantCode(t, "update another merchant's endpoint", err, chargeonce.ENOTFOUND)
+	_, err = s.WebhookEndpointRecover(ctx, "m2", e.ID, since)
+	wantCode(t, "recover another merchant's endpoint", err, chargeonce.ENOTFOUND)
+
+	// The two failed events (declined, k2) come back once each.
+	n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since)
+	if err != nil || n != 2 {
+		t.Fatalf("recover = %d, %v; want the 2 failed events", n, err)
+	}
+	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since); err != nil || n != 0 {
+		t.Fatalf("recover again = %d, %v; want 0: both are owed already", n, err)
+	}
+	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, time.Now().Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("recover since the future = %d, %v", n, err)
+	}
+	ds = claimDeliveries(t, s, longLease)
+	if len(ds) != 2 {
+		t.Fatalf("claimed %d after recovery, want 2", len(ds))
+	}
+	for _, d := range ds {
+		if _, err := s.WebhookDeliveryFinish(ctx, d, chargeonce.WebhookOutcome{Attempt: chargeonce.WebhookAttempt{StatusCode: 200}, Delivered: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since); err != nil || n != 0 {
+		t.Fatalf("recover after both were delivered = %d, %v; want 0", n, err)
+	}
+	settle(t, s, "m1", "k3")
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 1 {
+		t.Fatalf("a settlement after enabling again: %d deliveries, want 1", len(ds))
+	}
 }

@@ -125,26 +125,32 @@ func NewSender(store chargeonce.Store, o SenderOptions) *Sender {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return &Sender{
+		store: store, o: o, inflight: map[string]int{}, wake: make(chan struct{}, 1),
+		client: newClient(o.AllowPrivate, o.PerMerchant),
+	}
+}
+
+// newClient is the HTTP client deliveries go out with: the SSRF-checking
+// dialer, no proxy, no redirect, bounded headers and times.
+func newClient(allowPrivate bool, idlePerHost int) *http.Client {
 	tr := &http.Transport{
 		Proxy:                 nil, // a proxy would connect where the dialer cannot check
-		DialContext:           Dialer(o.AllowPrivate).DialContext,
+		DialContext:           Dialer(allowPrivate).DialContext,
 		TLSHandshakeTimeout:   DeliveryTimeout,
 		ResponseHeaderTimeout: DeliveryTimeout,
-		MaxIdleConnsPerHost:   o.PerMerchant,
+		MaxIdleConnsPerHost:   idlePerHost,
 		// A receiver's headers are read up to this much, then the
-		// delivery fails (the default is 1 MiB per delivery in flight).
+		// delivery fails (the default is 10 MiB per delivery in flight).
 		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 		IdleConnTimeout:        90 * time.Second,
 		ForceAttemptHTTP2:      true,
 	}
-	return &Sender{
-		store: store, o: o, inflight: map[string]int{}, wake: make(chan struct{}, 1),
-		client: &http.Client{
-			Transport: tr,
-			Timeout:   DeliveryTimeout,
-			// A delivery follows no redirect: a 3xx is a failed delivery.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+	return &http.Client{
+		Transport: tr,
+		Timeout:   DeliveryTimeout,
+		// A delivery follows no redirect: a 3xx is a failed delivery.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
 
