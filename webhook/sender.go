@@ -26,7 +26,7 @@ const DeliveryTimeout = 15 * time.Second
 const (
 	DefaultEvery       = time.Second
 	DefaultWorkers     = 32
-	DefaultPerMerchant = 4
+	DefaultPerMerchant = 16
 	// DefaultLease outlasts a delivery's timeout with room to record it:
 	// another instance takes a delivery over only once its sender has
 	// surely given up on it (or died).
