@@ -16,11 +16,16 @@ const (
 	EndpointDisabled EndpointStatus = "disabled"
 )
 
-// Event types (SPEC "Settlement events and webhooks").
+// Event types (SPEC "Settlement events and webhooks"). EventTest is sent
+// by POST /v1/webhook_endpoints/{id}/test only: it is never recorded.
 const (
 	EventChargeCaptured = "charge.captured"
 	EventChargeDeclined = "charge.declined"
+	EventTest           = "webhook.test"
 )
+
+// EventTypes are the types an endpoint may enable.
+var EventTypes = []string{EventChargeCaptured, EventChargeDeclined}
 
 // WebhookSecretOverlap is how long a rotated-out secret keeps signing
 // deliveries beside the new one, so a receiver can switch secrets without
@@ -31,10 +36,26 @@ const WebhookSecretOverlap = 24 * time.Hour
 // since its first failure) before it is disabled.
 const WebhookDisableAfter = 72 * time.Hour
 
+// MaxWebhookEndpoints is how many endpoints one merchant may have. The
+// stores enforce it atomically: concurrent creates never exceed it.
+const MaxWebhookEndpoints = 16
+
 // Limits of a page of events, as for charges.
 const (
 	EventsListDefaultLimit = 10
 	EventsListMaxLimit     = 100
+)
+
+// EventAttemptsEmbedded is how many delivery attempts WebhookEventGet
+// returns with an event: its most recent. An event redelivered without end
+// once showed 3,647 (842 KB); the rest are read a page at a time
+// (WebhookAttemptsList).
+const EventAttemptsEmbedded = 20
+
+// Limits of a page of delivery attempts.
+const (
+	AttemptsListDefaultLimit = 10
+	AttemptsListMaxLimit     = 100
 )
 
 // WebhookEndpoint is a merchant's receiver of settlement events.
@@ -43,7 +64,10 @@ type WebhookEndpoint struct {
 	MerchantID  string
 	URL         string
 	Description string
-	Status      EndpointStatus
+	// EnabledEvents are the event types the endpoint receives; nil for
+	// every type.
+	EnabledEvents []string
+	Status        EndpointStatus
 	// DisabledReason says why a disabled endpoint was disabled.
 	DisabledReason string
 	// Secret signs every delivery. OldSecret, until OldSecretUntil, signs
@@ -64,6 +88,17 @@ func (e *WebhookEndpoint) Secrets(now time.Time) []string {
 	return s
 }
 
+// WebhookEndpointUpdate changes an endpoint: each field set is applied.
+type WebhookEndpointUpdate struct {
+	// Disabled, when set, disables the endpoint (ending its pending
+	// deliveries) or enables it again (its failure clock starts afresh).
+	Disabled *bool
+	// EnabledEvents, when set, replaces the endpoint's event types; an
+	// empty slice means every type.
+	EnabledEvents *[]string
+	Description   *string
+}
+
 // WebhookEvent is the settlement of one charge, written in the transaction
 // that settled it, whether or not its merchant had an enabled endpoint
 // then: events are the log. Its ID is derived from the charge's, so a
@@ -78,6 +113,8 @@ type WebhookEvent struct {
 
 // WebhookAttempt is one try at delivering an event to an endpoint.
 type WebhookAttempt struct {
+	// ID orders an event's attempts (a later attempt has a larger ID).
+	ID         int64
 	EventID    string
 	EndpointID string
 	At         time.Time
@@ -152,6 +189,34 @@ type EventsPage struct {
 	HasMore bool
 }
 
+// AttemptsListParams select one page of an event's delivery attempts,
+// newest first.
+type AttemptsListParams struct {
+	MerchantID string
+	EventID    string
+	Limit      int
+	// StartingAfter, an attempt's ID, asks for the attempts older than it.
+	StartingAfter int64
+}
+
+// AttemptsPage is one page of attempts, newest first.
+type AttemptsPage struct {
+	Attempts []WebhookAttempt
+	HasMore  bool
+}
+
+// Check reports the first thing wrong with p as an EINVALID error naming
+// its parameter. Both stores call it.
+func (p *AttemptsListParams) Check() error {
+	if p.Limit < 1 || p.Limit > AttemptsListMaxLimit {
+		return FieldError("limit", "limit must be between 1 and %d; got %d", AttemptsListMaxLimit, p.Limit)
+	}
+	if p.StartingAfter < 0 {
+		return FieldError("starting_after", "starting_after must be an attempt's id")
+	}
+	return nil
+}
+
 // Webhooks is the part of the store behind settlement webhooks. Events are
 // written by the statement that completes an idempotency record (KeyComplete
 // and its batched form), never by a separate call, so a settled charge and
@@ -167,14 +232,28 @@ type Webhooks interface {
 	// WebhookEndpointDelete removes the merchant's endpoint and its pending
 	// deliveries; ENOTFOUND when it has no such endpoint.
 	WebhookEndpointDelete(ctx context.Context, merchantID, id string) error
+	// WebhookEndpointUpdate applies u to the merchant's endpoint and
+	// returns it; ENOTFOUND when the merchant has no such endpoint.
+	WebhookEndpointUpdate(ctx context.Context, merchantID, id string, u WebhookEndpointUpdate) (WebhookEndpoint, error)
+	// WebhookEndpointRecover owes again, once each and due now, the events
+	// of the merchant created at or after since whose delivery to the
+	// endpoint failed and that it has neither received nor still owes;
+	// it returns how many it queued. ENOTFOUND when the merchant has no
+	// such endpoint; EINVALID when the endpoint is disabled.
+	WebhookEndpointRecover(ctx context.Context, merchantID, id string, since time.Time) (int, error)
 	// WebhookEndpointRotate makes secret the endpoint's secret; the old one
 	// keeps signing for overlap. ENOTFOUND when the merchant has no such
 	// endpoint.
 	WebhookEndpointRotate(ctx context.Context, merchantID, id, secret string, overlap time.Duration) (WebhookEndpoint, error)
 
-	// WebhookEventGet returns the merchant's event with its delivery
-	// attempts, oldest first; ENOTFOUND otherwise.
+	// WebhookEventGet returns the merchant's event with its most recent
+	// delivery attempts (EventAttemptsEmbedded at most), oldest first;
+	// ENOTFOUND otherwise.
 	WebhookEventGet(ctx context.Context, merchantID, id string) (WebhookEvent, []WebhookAttempt, error)
+	// WebhookAttemptsList returns one page of the delivery attempts of the
+	// merchant's event, newest first; ENOTFOUND when the merchant has no
+	// such event.
+	WebhookAttemptsList(ctx context.Context, p AttemptsListParams) (AttemptsPage, error)
 	// WebhookEventsList returns one page of the merchant's events. A cursor
 	// that is not one of the merchant's events is an EINVALID error.
 	WebhookEventsList(ctx context.Context, p EventsListParams) (EventsPage, error)

@@ -404,9 +404,10 @@ func (c *Client) notify(a Attempt) {
 func (c *Client) retryableStatus(cl call, status int) bool {
 	switch {
 	case status == http.StatusAccepted:
-		// Only a charge or a refund answers 202: recorded, outcome
-		// unknown.
-		return cl.method == http.MethodPost
+		// A charge's or a refund's 202 (it carries a key): recorded,
+		// outcome unknown. A redelivery's or a recovery's 202 is final:
+		// queued.
+		return cl.method == http.MethodPost && cl.key != ""
 	case status == http.StatusConflict, status == http.StatusRequestTimeout, status == http.StatusTooManyRequests:
 		return true
 	case status >= 500:

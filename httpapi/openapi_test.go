@@ -430,8 +430,63 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 	want(c.exchange(base, "GET", "/v1/events/{id}", "/v1/events/evt_00", nil, nil, true), 404, "get no event")
 	want(c.exchange(base, "POST", "/v1/events/{id}/redeliver", "/v1/events/"+evPage.Data[0].ID+"/redeliver", nil, nil, true), 202, "redeliver an event")
 	want(c.exchange(base, "POST", "/v1/events/{id}/redeliver", "/v1/events/evt_00/redeliver", nil, nil, true), 404, "redeliver no event")
+	want(c.exchange(base, "GET", "/v1/events/{id}/attempts", "/v1/events/"+evPage.Data[0].ID+"/attempts?limit=5", nil, nil, true), 200, "list an event's attempts")
+	want(c.exchange(base, "GET", "/v1/events/{id}/attempts", "/v1/events/"+evPage.Data[0].ID+"/attempts?starting_after=nope", nil, nil, false), 400, "attempts after no attempt")
+	want(c.exchange(base, "GET", "/v1/events/{id}/attempts", "/v1/events/evt_00/attempts", nil, nil, true), 404, "attempts of no event")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, []byte(`{"disabled":true}`), nil, true), 200, "disable an endpoint")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/recover", "/v1/webhook_endpoints/"+endpoint.ID+"/recover", []byte(`{"since":"2026-01-01T00:00:00Z"}`), nil, true), 400, "recover to a disabled endpoint")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, []byte(`{"disabled":false,"enabled_events":["charge.captured"]}`), nil, true), 200, "enable it again")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, []byte(`{"disabled":"no"}`), nil, false), 400, "update with a bad field")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/we_nope", []byte(`{"disabled":false}`), nil, true), 404, "update no endpoint")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/recover", "/v1/webhook_endpoints/"+endpoint.ID+"/recover", []byte(`{"since":"2026-01-01T00:00:00Z"}`), nil, true), 202, "recover failed deliveries")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/recover", "/v1/webhook_endpoints/we_nope/recover", []byte(`{"since":"2026-01-01T00:00:00Z"}`), nil, true), 404, "recover no endpoint")
+	// A test event to a name that never resolves (RFC 6761 .invalid): the
+	// attempt fails at once, and the answer says so.
+	invalid := c.exchange(base, "POST", "/v1/webhook_endpoints", "/v1/webhook_endpoints", []byte(`{"url":"https://hooks.example.invalid/"}`), nil, true)
+	var invalidEndpoint struct{ ID string }
+	_ = json.Unmarshal(invalid.Body, &invalidEndpoint)
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/test", "/v1/webhook_endpoints/"+invalidEndpoint.ID+"/test", nil, nil, true), 200, "send a test event")
+	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/test", "/v1/webhook_endpoints/we_nope/test", nil, nil, true), 404, "test no endpoint")
 	want(c.exchange(base, "DELETE", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, nil, nil, true), 204, "delete an endpoint")
 	want(c.exchange(base, "DELETE", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, nil, nil, true), 404, "delete it again")
+	// Over the webhook routes' rate: another merchant spends its burst,
+	// then each route answers it 429.
+	otherKey := map[string]string{"Authorization": "Bearer " + apitest.OtherAPIKey}
+	for i := 0; ; i++ {
+		r, err := apitest.Do(t, nil, "GET", base+"/v1/webhook_endpoints", nil, otherKey)
+		if err != nil || i > 1000 {
+			t.Fatalf("spending the webhook routes' burst: %d requests, %v", i, err)
+		}
+		if r.Status == http.StatusTooManyRequests {
+			break
+		}
+	}
+	for _, rt := range []struct{ method, route, target string }{
+		{"POST", "/v1/webhook_endpoints", "/v1/webhook_endpoints"},
+		{"GET", "/v1/webhook_endpoints", "/v1/webhook_endpoints"},
+		{"DELETE", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/we_nope"},
+		{"POST", "/v1/webhook_endpoints/{id}/rotate_secret", "/v1/webhook_endpoints/we_nope/rotate_secret"},
+		{"GET", "/v1/events", "/v1/events"},
+		{"GET", "/v1/events/{id}", "/v1/events/evt_00"},
+		{"POST", "/v1/events/{id}/redeliver", "/v1/events/evt_00/redeliver"},
+		{"GET", "/v1/events/{id}/attempts", "/v1/events/evt_00/attempts"},
+		{"POST", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/we_nope"},
+		{"POST", "/v1/webhook_endpoints/{id}/recover", "/v1/webhook_endpoints/we_nope/recover"},
+		{"POST", "/v1/webhook_endpoints/{id}/test", "/v1/webhook_endpoints/we_nope/test"},
+	} {
+		var body []byte
+		switch rt.route {
+		case "/v1/webhook_endpoints":
+			if rt.method == "POST" {
+				body = []byte(`{"url":"https://a.example.com/"}`)
+			}
+		case "/v1/webhook_endpoints/{id}":
+			body = []byte(`{"disabled":false}`)
+		case "/v1/webhook_endpoints/{id}/recover":
+			body = []byte(`{"since":"2026-01-01T00:00:00Z"}`)
+		}
+		want(c.exchange(base, rt.method, rt.route, rt.target, body, otherKey, true), 429, rt.method+" "+rt.route+" over the rate")
+	}
 
 	// Operations.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"} {

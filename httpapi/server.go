@@ -15,6 +15,7 @@ import (
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/webhook"
 	"github.com/chargeonce/chargeonce/wire"
 )
 
@@ -36,6 +37,10 @@ type Server struct {
 	bodies *shares
 	// reads gives each merchant its share of reads in flight.
 	reads *readShares
+	// webhookRate limits each merchant on the webhook and event routes.
+	webhookRate *webhookLimits
+	// tester sends test events to endpoints.
+	tester *webhook.Tester
 }
 
 // OutcomeObserver is told the answer to every charge attempt the engine
@@ -67,12 +72,20 @@ type Config struct {
 	// at once (DefaultMaxReadsPerMerchant when 0); more wait up to
 	// ReadShareWait, then are answered 429.
 	MaxReadsPerMerchant int
+	// WebhooksRate is each merchant's rate on the webhook and event routes
+	// (429 over it); DefaultWebhooksRate when zero.
+	WebhooksRate engine.Rate
 }
 
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux(),
-		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, bodies: newShares(MaxBodyReadsPerMerchant, "request bodies arriving")}
+		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, bodies: newShares(MaxBodyReadsPerMerchant, "request bodies arriving"),
+		webhookRate: &webhookLimits{shape: cfg.WebhooksRate}}
+	s.tester = webhook.NewTester(cfg.WebhooksAllowPrivate)
+	if s.webhookRate.shape.IsZero() {
+		s.webhookRate.shape = DefaultWebhooksRate
+	}
 	perReads := cfg.MaxReadsPerMerchant
 	if perReads <= 0 {
 		perReads = DefaultMaxReadsPerMerchant

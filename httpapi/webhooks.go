@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -17,7 +19,7 @@ import (
 // Limits of the webhook endpoints API.
 const (
 	// MaxWebhookEndpoints is how many endpoints one merchant may have.
-	MaxWebhookEndpoints = 16
+	MaxWebhookEndpoints = chargeonce.MaxWebhookEndpoints
 	maxDescriptionLen   = 500
 	maxWebhookIDLen     = 64
 )
@@ -28,12 +30,17 @@ func (s *Server) routeWebhooks() {
 	s.mux.HandleFunc("POST /v1/webhook_endpoints", s.handleCreateEndpoint)
 	s.mux.HandleFunc("GET /v1/webhook_endpoints", s.handleListEndpoints)
 	s.mux.HandleFunc("DELETE /v1/webhook_endpoints/{id}", s.handleDeleteEndpoint)
+	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}", s.handleUpdateEndpoint)
+	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}/recover", s.handleRecoverEndpoint)
+	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}/test", s.handleTestEndpoint)
 	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}/rotate_secret", s.handleRotateSecret)
 	s.mux.HandleFunc("GET /v1/events", s.handleListEvents)
 	s.mux.HandleFunc("GET /v1/events/{id}", s.handleGetEvent)
 	s.mux.HandleFunc("POST /v1/events/{id}/redeliver", s.handleRedeliver)
+	s.mux.HandleFunc("GET /v1/events/{id}/attempts", s.handleListAttempts)
 	for _, p := range []string{"/v1/webhook_endpoints", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/{id}/rotate_secret",
-		"/v1/events", "/v1/events/{id}", "/v1/events/{id}/redeliver"} {
+		"/v1/webhook_endpoints/{id}/recover", "/v1/webhook_endpoints/{id}/test",
+		"/v1/events", "/v1/events/{id}", "/v1/events/{id}/redeliver", "/v1/events/{id}/attempts"} {
 		s.mux.HandleFunc(p, s.methodNotAllowed)
 	}
 }
@@ -41,19 +48,23 @@ func (s *Server) routeWebhooks() {
 // endpointJSON is the public form of an endpoint; Secret only on creation
 // and rotation.
 type endpointJSON struct {
-	ID             string `json:"id"`
-	Object         string `json:"object"`
-	URL            string `json:"url"`
-	Description    string `json:"description"`
-	Status         string `json:"status"`
-	DisabledReason string `json:"disabled_reason,omitempty"`
-	CreatedAt      string `json:"created_at"`
-	Secret         string `json:"secret,omitempty"`
+	ID             string   `json:"id"`
+	Object         string   `json:"object"`
+	URL            string   `json:"url"`
+	Description    string   `json:"description"`
+	EnabledEvents  []string `json:"enabled_events"`
+	Status         string   `json:"status"`
+	DisabledReason string   `json:"disabled_reason,omitempty"`
+	CreatedAt      string   `json:"created_at"`
+	Secret         string   `json:"secret,omitempty"`
 }
 
 func endpointOut(e chargeonce.WebhookEndpoint, withSecret bool) endpointJSON {
 	out := endpointJSON{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Description: e.Description, Status: string(e.Status),
-		DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339)}
+		DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339), EnabledEvents: e.EnabledEvents}
+	if len(out.EnabledEvents) == 0 {
+		out.EnabledEvents = []string{"*"}
+	}
 	if withSecret {
 		out.Secret = e.Secret
 	}
@@ -79,9 +90,8 @@ func plausibleWebhookID(id string) bool {
 // webhookTarget authenticates r and reads the endpoint's or event's id in
 // its path (what names which, for the 404); false when it has answered.
 func (s *Server) webhookTarget(w http.ResponseWriter, r *http.Request, what string) (chargeonce.Merchant, string, bool) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	merchant, ok := s.webhookAuth(w, r)
+	if !ok {
 		return chargeonce.Merchant{}, "", false
 	}
 	id := r.PathValue("id")
@@ -93,9 +103,8 @@ func (s *Server) webhookTarget(w http.ResponseWriter, r *http.Request, what stri
 }
 
 func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	merchant, ok := s.webhookAuth(w, r)
+	if !ok {
 		return
 	}
 	body, err := s.readMerchantBody(w, r, merchant.ID)
@@ -104,8 +113,9 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		URL         string `json:"url"`
-		Description string `json:"description"`
+		URL           string   `json:"url"`
+		Description   string   `json:"description"`
+		EnabledEvents []string `json:"enabled_events"`
 	}
 	if err := wire.Decode(body, &in); err != nil {
 		s.writeError(w, r, err)
@@ -124,34 +134,30 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 			err = chargeonce.FieldError("url", "%v", uerr)
 		}
 	}
+	var events []string
+	if err == nil && in.EnabledEvents != nil {
+		events, err = checkEventTypes(in.EnabledEvents)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	have, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if len(have) >= MaxWebhookEndpoints {
-		s.writeError(w, r, chargeonce.FieldError("url", "a merchant may have at most %d webhook endpoints; delete one first", MaxWebhookEndpoints))
-		return
-	}
+	// The store refuses an endpoint past MaxWebhookEndpoints, atomically.
 	e, err := s.store.WebhookEndpointCreate(r.Context(), chargeonce.WebhookEndpoint{
 		ID: "we_" + idempotency.NewToken()[:24], MerchantID: merchant.ID, URL: in.URL, Description: in.Description, Secret: webhook.NewSecret(),
+		EnabledEvents: events,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.log.Info("webhook endpoint created", "merchant", merchant.ID, "endpoint", e.ID, "url", e.URL)
+	s.log.Info("webhook endpoint created", "merchant", merchant.ID, "endpoint", e.ID, "url", webhook.RedactURL(e.URL))
 	s.writeValue(w, http.StatusCreated, endpointOut(e, true))
 }
 
 func (s *Server) handleListEndpoints(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	merchant, ok := s.webhookAuth(w, r)
+	if !ok {
 		return
 	}
 	if r.URL.RawQuery != "" {
@@ -214,9 +220,8 @@ func (s *Server) eventJSON(r *http.Request, ev chargeonce.WebhookEvent) (map[str
 var eventsParams = map[string]bool{"limit": true, "starting_after": true, "charge_id": true}
 
 func (s *Server) handleListEvents(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	merchant, ok := s.webhookAuth(w, r)
+	if !ok {
 		return
 	}
 	p := chargeonce.EventsListParams{MerchantID: merchant.ID, Limit: chargeonce.EventsListDefaultLimit}
@@ -266,7 +271,7 @@ func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ev, attempts, err := s.store.WebhookEventGet(r.Context(), merchant.ID, id)
+	ev, _, err := s.store.WebhookEventGet(r.Context(), merchant.ID, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -276,16 +281,40 @@ func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	type attemptJSON struct {
-		At         string  `json:"at"`
-		Endpoint   string  `json:"endpoint"`
-		StatusCode *int    `json:"status_code"`
-		Error      *string `json:"error"`
-		LatencyMS  float64 `json:"latency_ms"`
+	// The most recent attempts only, oldest first; the rest are paged by
+	// GET /v1/events/{id}/attempts.
+	page, err := s.store.WebhookAttemptsList(r.Context(), chargeonce.AttemptsListParams{
+		MerchantID: merchant.ID, EventID: id, Limit: chargeonce.EventAttemptsEmbedded})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
+	as := attemptsOut(page.Attempts)
+	slices.Reverse(as)
+	j["delivery_attempts"] = as
+	j["delivery_attempts_has_more"] = page.HasMore
+	s.writeValue(w, http.StatusOK, j)
+}
+
+// attemptJSON is a delivery attempt as the API shows it.
+type attemptJSON struct {
+	ID         string  `json:"id"`
+	Object     string  `json:"object"`
+	At         string  `json:"at"`
+	Endpoint   string  `json:"endpoint"`
+	StatusCode *int    `json:"status_code"`
+	Error      *string `json:"error"`
+	LatencyMS  float64 `json:"latency_ms"`
+}
+
+// attemptIDPrefix begins an attempt's id in the API: att_ and its number.
+const attemptIDPrefix = "att_"
+
+func attemptsOut(attempts []chargeonce.WebhookAttempt) []attemptJSON {
 	as := make([]attemptJSON, len(attempts))
 	for i, a := range attempts {
-		as[i] = attemptJSON{At: a.At.UTC().Format(time.RFC3339Nano), Endpoint: a.EndpointID, LatencyMS: float64(a.Latency.Microseconds()) / 1000}
+		as[i] = attemptJSON{ID: attemptIDPrefix + strconv.FormatInt(a.ID, 10), Object: "webhook_attempt",
+			At: a.At.UTC().Format(time.RFC3339Nano), Endpoint: a.EndpointID, LatencyMS: float64(a.Latency.Microseconds()) / 1000}
 		if a.StatusCode != 0 {
 			as[i].StatusCode = &attempts[i].StatusCode
 		}
@@ -293,8 +322,57 @@ func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request) {
 			as[i].Error = &attempts[i].Error
 		}
 	}
-	j["delivery_attempts"] = as
-	s.writeValue(w, http.StatusOK, j)
+	return as
+}
+
+// attemptsParams are the query parameters GET /v1/events/{id}/attempts
+// understands.
+var attemptsParams = map[string]bool{"limit": true, "starting_after": true}
+
+func (s *Server) handleListAttempts(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "event")
+	if !ok {
+		return
+	}
+	p := chargeonce.AttemptsListParams{MerchantID: merchant.ID, EventID: id, Limit: chargeonce.AttemptsListDefaultLimit}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err))
+		return
+	}
+	for name, vs := range q {
+		if !attemptsParams[name] {
+			s.writeError(w, r, chargeonce.FieldError("query", "unknown query parameter; GET /v1/events/{id}/attempts takes limit and starting_after"))
+			return
+		}
+		if len(vs) != 1 || vs[0] == "" || !chargeonce.ValidText(vs[0]) {
+			s.writeError(w, r, chargeonce.FieldError(name, "%s must be given once, not empty", name))
+			return
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > chargeonce.AttemptsListMaxLimit {
+			s.writeError(w, r, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", chargeonce.AttemptsListMaxLimit))
+			return
+		}
+		p.Limit = n
+	}
+	if v := q.Get("starting_after"); v != "" {
+		n, err := strconv.ParseInt(strings.TrimPrefix(v, attemptIDPrefix), 10, 64)
+		if !strings.HasPrefix(v, attemptIDPrefix) || err != nil || n <= 0 {
+			s.writeError(w, r, chargeonce.FieldError("starting_after", "starting_after must be an attempt's id (att_…)"))
+			return
+		}
+		p.StartingAfter = n
+	}
+	page, err := s.store.WebhookAttemptsList(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeValue(w, http.StatusOK, map[string]any{"object": "list", "data": attemptsOut(page.Attempts), "has_more": page.HasMore,
+		"url": "/v1/events/" + id + "/attempts"})
 }
 
 func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request) {
@@ -308,4 +386,133 @@ func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeValue(w, http.StatusAccepted, map[string]any{"id": id, "object": "event", "deliveries_queued": n})
+}
+
+// checkEventTypes reads an enabled_events list: known types, or "*" alone
+// for every type (returned as nil).
+func checkEventTypes(types []string) ([]string, error) {
+	if len(types) == 0 {
+		return nil, chargeonce.FieldError("enabled_events", `enabled_events must list event types, or be ["*"] for every type`)
+	}
+	if len(types) == 1 && types[0] == "*" {
+		return nil, nil
+	}
+	var out []string
+	for _, t := range types {
+		if !slices.Contains(chargeonce.EventTypes, t) {
+			return nil, chargeonce.FieldError("enabled_events", "enabled_events: unknown event type; the types are %s, or * for every type",
+				strings.Join(chargeonce.EventTypes, ", "))
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// handleUpdateEndpoint changes an endpoint: {"disabled": false} enables a
+// disabled one again (Stripe's and Svix's way), {"disabled": true}
+// disables it, enabled_events and description replace theirs.
+func (s *Server) handleUpdateEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var in struct {
+		Disabled      *bool     `json:"disabled"`
+		EnabledEvents *[]string `json:"enabled_events"`
+		Description   *string   `json:"description"`
+	}
+	if err := wire.Decode(body, &in); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	u := chargeonce.WebhookEndpointUpdate{Disabled: in.Disabled, Description: in.Description}
+	if in.Description != nil && (!chargeonce.ValidText(*in.Description) || len([]rune(*in.Description)) > maxDescriptionLen) {
+		s.writeError(w, r, chargeonce.FieldError("description", "description must be text of at most %d characters", maxDescriptionLen))
+		return
+	}
+	if in.EnabledEvents != nil {
+		events, err := checkEventTypes(*in.EnabledEvents)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if events == nil {
+			events = []string{}
+		}
+		u.EnabledEvents = &events
+	}
+	if u.Disabled == nil && u.EnabledEvents == nil && u.Description == nil {
+		s.writeError(w, r, chargeonce.FieldError("disabled", "give disabled, enabled_events or description"))
+		return
+	}
+	e, err := s.store.WebhookEndpointUpdate(r.Context(), merchant.ID, id, u)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("webhook endpoint updated", "merchant", merchant.ID, "endpoint", id, "status", e.Status)
+	s.writeValue(w, http.StatusOK, endpointOut(e, false))
+}
+
+// handleRecoverEndpoint queues again, once each, the events whose delivery
+// to the endpoint failed since a time.
+func (s *Server) handleRecoverEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var in struct {
+		Since string `json:"since"`
+	}
+	if err := wire.Decode(body, &in); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	since, perr := time.Parse(time.RFC3339, in.Since)
+	if perr != nil || since.Year() < 2000 {
+		s.writeError(w, r, chargeonce.FieldError("since", "since must be an RFC 3339 time, as in 2026-12-01T00:00:00Z"))
+		return
+	}
+	n, err := s.store.WebhookEndpointRecover(r.Context(), merchant.ID, id, since)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeValue(w, http.StatusAccepted, map[string]any{"id": id, "object": "webhook_endpoint", "deliveries_queued": n})
+}
+
+// handleTestEndpoint sends the endpoint a webhook.test event now and says
+// how it went; it is neither recorded nor retried.
+func (s *Server) handleTestEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
+		return
+	}
+	eps, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	i := slices.IndexFunc(eps, func(e chargeonce.WebhookEndpoint) bool { return e.ID == id })
+	if i < 0 {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
+		return
+	}
+	evID, a := s.tester.Send(r.Context(), eps[i])
+	a.EventID, a.EndpointID = evID, id
+	out := attemptsOut([]chargeonce.WebhookAttempt{a})[0]
+	s.writeValue(w, http.StatusOK, map[string]any{"object": "webhook_test", "event": evID, "type": chargeonce.EventTest,
+		"delivered": a.StatusCode >= 200 && a.StatusCode < 300, "status_code": out.StatusCode, "error": out.Error, "latency_ms": out.LatencyMS})
 }

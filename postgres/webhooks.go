@@ -13,7 +13,7 @@ import (
 )
 
 const endpointColumns = `id, merchant_id, url, description, status, COALESCE(disabled_reason, ''),
-	secret, COALESCE(old_secret, ''), old_secret_until, created_at`
+	secret, COALESCE(old_secret, ''), old_secret_until, created_at, enabled_events`
 
 func scanEndpoint(row pgx.Row) (chargeonce.WebhookEndpoint, error) {
 	var (
@@ -22,7 +22,10 @@ func scanEndpoint(row pgx.Row) (chargeonce.WebhookEndpoint, error) {
 		oldUntil *time.Time
 	)
 	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
-		&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt)
+		&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt, &e.EnabledEvents)
+	if len(e.EnabledEvents) == 0 {
+		e.EnabledEvents = nil
+	}
 	e.Status = chargeonce.EndpointStatus(status)
 	if oldUntil != nil {
 		e.OldSecretUntil = *oldUntil
@@ -34,16 +37,135 @@ func notFound(what, id string) error {
 	return chargeonce.Errorf(chargeonce.ENOTFOUND, "no %s %q", what, id)
 }
 
-// WebhookEndpointCreate inserts an enabled endpoint.
+// WebhookEndpointCreate inserts an enabled endpoint, unless its merchant
+// has MaxWebhookEndpoints already. The count and the insert run under a
+// transaction lock on the merchant's endpoints, so concurrent creates take
+// turns: under READ COMMITTED each would otherwise count without seeing
+// the others' rows (64 concurrent creates made 35 endpoints against 16).
 func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookEndpoint) (chargeonce.WebhookEndpoint, error) {
-	out, err := scanEndpoint(s.pool.QueryRow(ctx, `
-INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret)
-VALUES ($1, $2, $3, $4, $5)
-RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret))
+	var out chargeonce.WebhookEndpoint
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The count is a statement of its own, after the lock: a statement
+		// reads the snapshot taken when it began, which would not show the
+		// rows of the create the lock waited for (21 endpoints against 16).
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('chargeonce.webhook_endpoints/' || $1, 0))`, e.MerchantID); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1`, e.MerchantID).Scan(&n); err != nil {
+			return err
+		}
+		if n >= chargeonce.MaxWebhookEndpoints {
+			return endpointCapError()
+		}
+		var err error
+		out, err = scanEndpoint(tx.QueryRow(ctx, `
+INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, enabled_events)
+VALUES ($1, $2, $3, $4, $5, $6)
+RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret, nilIfEmpty(e.EnabledEvents)))
+		return err
+	})
+	if chargeonce.ErrorCode(err) == chargeonce.EINVALID {
+		return chargeonce.WebhookEndpoint{}, err
+	}
 	if err != nil {
 		return chargeonce.WebhookEndpoint{}, fmt.Errorf("creating webhook endpoint: %w", translate(err))
 	}
 	return out, nil
+}
+
+// nilIfEmpty stores "every event type" as NULL.
+func nilIfEmpty(types []string) []string {
+	if len(types) == 0 {
+		return nil
+	}
+	return types
+}
+
+// WebhookEndpointUpdate applies u in one transaction: disabling ends the
+// endpoint's pending deliveries, enabling restarts its failure clock.
+func (s *Store) WebhookEndpointUpdate(ctx context.Context, merchantID, id string, u chargeonce.WebhookEndpointUpdate) (chargeonce.WebhookEndpoint, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.WebhookEndpoint{}, notFound("webhook endpoint", id)
+	}
+	var (
+		out       chargeonce.WebhookEndpoint
+		setEvents bool
+		events    []string
+	)
+	if u.EnabledEvents != nil {
+		setEvents, events = true, nilIfEmpty(*u.EnabledEvents)
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanEndpoint(tx.QueryRow(ctx, `
+UPDATE webhook_endpoints SET
+	status = CASE WHEN $3::boolean IS NULL THEN status WHEN $3 THEN 'disabled' ELSE 'enabled' END,
+	disabled_reason = CASE WHEN $3::boolean IS NULL THEN disabled_reason
+		WHEN $3 THEN CASE WHEN status = 'enabled' THEN 'disabled by the merchant' ELSE disabled_reason END
+		ELSE NULL END,
+	failing_since = CASE WHEN $3 = false THEN NULL ELSE failing_since END,
+	enabled_events = CASE WHEN $4 THEN $5::text[] ELSE enabled_events END,
+	description = COALESCE($6, description)
+WHERE merchant_id = $1 AND id = $2
+RETURNING `+endpointColumns, merchantID, id, u.Disabled, setEvents, events, u.Description))
+		if err != nil {
+			return err
+		}
+		if out.Status == chargeonce.EndpointDisabled {
+			_, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET state = 'failed' WHERE endpoint_id = $1 AND state = 'pending'`, id)
+		}
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.WebhookEndpoint{}, notFound("webhook endpoint", id)
+	}
+	if err != nil {
+		return chargeonce.WebhookEndpoint{}, fmt.Errorf("updating webhook endpoint: %w", translate(err))
+	}
+	return out, nil
+}
+
+// WebhookEndpointRecover queues again the failed deliveries of the
+// endpoint created since, once per event, from
+// webhook_deliveries_endpoint_failed: an event the endpoint received since
+// (a 2xx attempt) or still owes (the unique index) is skipped.
+func (s *Store) WebhookEndpointRecover(ctx context.Context, merchantID, id string, since time.Time) (int, error) {
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return 0, notFound("webhook endpoint", id)
+	}
+	var (
+		status *string
+		n      int
+	)
+	err := s.pool.QueryRow(ctx, `
+WITH e AS (
+	SELECT id, merchant_id, status, enabled_events FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2
+), q AS (
+	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
+	SELECT DISTINCT d.event_id, d.endpoint_id, d.merchant_id
+	FROM e JOIN webhook_deliveries d ON d.endpoint_id = e.id AND d.state = 'failed' AND d.created_at >= $3
+	WHERE e.status = 'enabled'
+		AND NOT EXISTS (SELECT FROM webhook_attempts a
+			WHERE a.event_id = d.event_id AND a.endpoint_id = d.endpoint_id AND a.status_code BETWEEN 200 AND 299)
+	ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending' DO NOTHING
+	RETURNING 1
+)
+SELECT (SELECT status FROM e), (SELECT count(*) FROM q)`, merchantID, id, since).Scan(&status, &n)
+	if err != nil {
+		return 0, fmt.Errorf("recovering webhook deliveries: %w", translate(err))
+	}
+	switch {
+	case status == nil:
+		return 0, notFound("webhook endpoint", id)
+	case *status != string(chargeonce.EndpointEnabled):
+		return 0, chargeonce.Errorf(chargeonce.EINVALID, "webhook endpoint %s is disabled: enable it first", id)
+	}
+	return n, nil
+}
+
+func endpointCapError() error {
+	return chargeonce.FieldError("url", "a merchant may have at most %d webhook endpoints; delete one first", chargeonce.MaxWebhookEndpoints)
 }
 
 // WebhookEndpointsList returns the merchant's endpoints, oldest first.
@@ -128,28 +250,66 @@ FROM webhook_events WHERE merchant_id = $1 AND id = $2`, merchantID, id).
 	if err != nil {
 		return ev, nil, fmt.Errorf("reading event: %w", translate(err))
 	}
-	rows, err := s.pool.Query(ctx, `SELECT event_id, endpoint_id, at, COALESCE(status_code, 0), COALESCE(error, ''), latency_us
-FROM webhook_attempts WHERE event_id = $1 ORDER BY id`, id)
+	attempts, err := s.attempts(ctx, `SELECT id, event_id, endpoint_id, at, COALESCE(status_code, 0), COALESCE(error, ''), latency_us
+FROM (SELECT * FROM webhook_attempts WHERE event_id = $1 ORDER BY id DESC LIMIT $2) a ORDER BY id`, id, chargeonce.EventAttemptsEmbedded)
 	if err != nil {
-		return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+		return ev, nil, fmt.Errorf("reading event attempts: %w", err)
+	}
+	return ev, attempts, nil
+}
+
+// attempts reads the attempts query q selects.
+func (s *Store) attempts(ctx context.Context, q string, args ...any) ([]chargeonce.WebhookAttempt, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, translate(err)
 	}
 	defer rows.Close()
-	attempts := []chargeonce.WebhookAttempt{}
+	out := []chargeonce.WebhookAttempt{}
 	for rows.Next() {
 		var (
 			a  chargeonce.WebhookAttempt
 			us int64
 		)
-		if err := rows.Scan(&a.EventID, &a.EndpointID, &a.At, &a.StatusCode, &a.Error, &us); err != nil {
-			return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+		if err := rows.Scan(&a.ID, &a.EventID, &a.EndpointID, &a.At, &a.StatusCode, &a.Error, &us); err != nil {
+			return nil, translate(err)
 		}
 		a.Latency = time.Duration(us) * time.Microsecond
-		attempts = append(attempts, a)
+		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return ev, nil, fmt.Errorf("reading event attempts: %w", translate(err))
+		return nil, translate(err)
 	}
-	return ev, attempts, nil
+	return out, nil
+}
+
+// WebhookAttemptsList pages the attempts of the merchant's event, newest
+// first, by keyset on the attempt's id.
+func (s *Store) WebhookAttemptsList(ctx context.Context, p chargeonce.AttemptsListParams) (chargeonce.AttemptsPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.AttemptsPage{}, err
+	}
+	if !chargeonce.ValidText(p.MerchantID) || !chargeonce.ValidText(p.EventID) {
+		return chargeonce.AttemptsPage{}, notFound("event", p.EventID)
+	}
+	var found bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM webhook_events WHERE merchant_id = $1 AND id = $2)`,
+		p.MerchantID, p.EventID).Scan(&found); err != nil {
+		return chargeonce.AttemptsPage{}, fmt.Errorf("listing attempts: %w", translate(err))
+	}
+	if !found {
+		return chargeonce.AttemptsPage{}, notFound("event", p.EventID)
+	}
+	attempts, err := s.attempts(ctx, `SELECT id, event_id, endpoint_id, at, COALESCE(status_code, 0), COALESCE(error, ''), latency_us
+FROM webhook_attempts WHERE event_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, p.EventID, p.StartingAfter, p.Limit+1)
+	if err != nil {
+		return chargeonce.AttemptsPage{}, fmt.Errorf("listing attempts: %w", err)
+	}
+	page := chargeonce.AttemptsPage{Attempts: attempts}
+	if len(attempts) > p.Limit {
+		page.Attempts, page.HasMore = attempts[:p.Limit], true
+	}
+	return page, nil
 }
 
 // WebhookEventsList pages the merchant's events, newest first, by keyset.
@@ -200,7 +360,8 @@ ORDER BY created_at DESC, id DESC LIMIT $5`, p.MerchantID, p.ChargeID, cursor, a
 	return page, nil
 }
 
-// WebhookEventRedeliver queues one more delivery per enabled endpoint.
+// WebhookEventRedeliver owes the event to every enabled endpoint, due now:
+// a new delivery, or the one already pending made due.
 func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string) (int, error) {
 	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
 		return 0, notFound("event", id)
@@ -209,11 +370,16 @@ func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string
 	var n int
 	err := s.pool.QueryRow(ctx, `
 WITH ev AS (
-	SELECT id, merchant_id FROM webhook_events WHERE merchant_id = $1 AND id = $2
+	SELECT id, merchant_id, type FROM webhook_events WHERE merchant_id = $1 AND id = $2
 ), d AS (
 	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
 	SELECT ev.id, e.id, ev.merchant_id FROM ev
 	JOIN webhook_endpoints e ON e.merchant_id = ev.merchant_id AND e.status = 'enabled'
+		AND (e.enabled_events IS NULL OR ev.type = ANY (e.enabled_events))
+	-- At most one pending delivery per event and endpoint (0013): one
+	-- already owed is made due now instead.
+	ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending'
+	DO UPDATE SET next_at = LEAST(webhook_deliveries.next_at, now())
 	RETURNING id
 )
 SELECT EXISTS (SELECT FROM ev), (SELECT count(*) FROM d)`, merchantID, id).Scan(&found, &n)
@@ -227,9 +393,14 @@ SELECT EXISTS (SELECT FROM ev), (SELECT count(*) FROM d)`, merchantID, id).Scan(
 }
 
 // WebhookDeliveriesClaim picks due deliveries, at most perMerchant of a
-// merchant, and claims them. The pick reads without locks (a window
-// function cannot take FOR UPDATE); the UPDATE re-checks each row's claim
-// once it holds the row lock, so two senders never claim one delivery.
+// merchant, and claims them. The pick walks the enabled endpoints of the
+// merchants not skipped and reads each one's first due deliveries from
+// webhook_deliveries_endpoint_due (0013): its cost grows with the number
+// of endpoints, never with how many deliveries one of them has waiting (a
+// pick in next_at order over the whole queue scanned past every row of a
+// merchant held at its limit). It reads without locks (a window function
+// cannot take FOR UPDATE); the UPDATE re-checks each row's claim once it
+// holds the row lock, so two senders never claim one delivery.
 func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration, limit, perMerchant int, skip []string) ([]chargeonce.WebhookDelivery, error) {
 	if limit <= 0 || perMerchant <= 0 {
 		return nil, nil
@@ -241,17 +412,19 @@ func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration,
 	rows, err := s.pool.Query(ctx, `
 WITH due AS (
 	SELECT id FROM (
-		SELECT id, next_at, row_number() OVER (PARTITION BY merchant_id ORDER BY next_at, id) AS rn
-		FROM (
-			SELECT id, merchant_id, next_at FROM webhook_deliveries
-			WHERE state = 'pending' AND next_at <= now() AND claimed_until <= now()
-				AND merchant_id <> ALL($5::text[])
-			ORDER BY next_at, id LIMIT $2 * 20
-		) x
+		SELECT p.id, p.next_at, row_number() OVER (PARTITION BY e.merchant_id ORDER BY p.next_at, p.id) AS rn
+		FROM webhook_endpoints e
+		CROSS JOIN LATERAL (
+			SELECT d.id, d.next_at FROM webhook_deliveries d
+			WHERE d.endpoint_id = e.id AND d.state = 'pending' AND d.next_at <= now() AND d.claimed_until <= now()
+			ORDER BY d.next_at, d.id LIMIT $3
+		) p
+		WHERE e.status = 'enabled' AND e.merchant_id <> ALL($5::text[])
 	) y WHERE rn <= $3 ORDER BY next_at, id LIMIT $2
 ), d AS (
+	-- By primary key, the ids in an array.
 	UPDATE webhook_deliveries w SET claimed_until = now() + $1::interval, token = $4
-	FROM due WHERE w.id = due.id AND w.state = 'pending' AND w.claimed_until <= now()
+	WHERE w.id = ANY (ARRAY(SELECT id FROM due)) AND w.state = 'pending' AND w.claimed_until <= now()
 	RETURNING w.id, w.attempts, w.event_id, w.endpoint_id
 )
 SELECT d.id, d.attempts, ev.id, ev.merchant_id, ev.charge_id, ev.type, ev.created_at,
@@ -272,7 +445,7 @@ JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, to
 		e := &d.Endpoint
 		if err := rows.Scan(&d.ID, &d.Attempts, &d.Event.ID, &d.Event.MerchantID, &d.Event.ChargeID, &d.Event.Type, &d.Event.CreatedAt,
 			&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
-			&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt); err != nil {
+			&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt, &e.EnabledEvents); err != nil {
 			return nil, fmt.Errorf("claiming webhook deliveries: %w", translate(err))
 		}
 		e.Status = chargeonce.EndpointStatus(status)
@@ -289,7 +462,7 @@ JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, to
 
 // endpointColumnsE is endpointColumns of the endpoint joined as e.
 const endpointColumnsE = `e.id, e.merchant_id, e.url, e.description, e.status, COALESCE(e.disabled_reason, ''),
-	e.secret, COALESCE(e.old_secret, ''), e.old_secret_until, e.created_at`
+	e.secret, COALESCE(e.old_secret, ''), e.old_secret_until, e.created_at, e.enabled_events`
 
 // WebhookDeliveryFinish records the attempt, then settles the delivery
 // under its claim, and keeps the endpoint's failure clock, in one

@@ -18,7 +18,7 @@ import (
 // endpoints and deliveries.
 
 const endpointColumns = `id, merchant_id, url, description, status, coalesce(disabled_reason, ''),
-	secret, coalesce(old_secret, ''), coalesce(old_secret_until, 0), created_at`
+	secret, coalesce(old_secret, ''), coalesce(old_secret_until, 0), created_at, coalesce(enabled_events, '')`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -27,9 +27,16 @@ func scanEndpoint(row scanner) (chargeonce.WebhookEndpoint, error) {
 		e                   chargeonce.WebhookEndpoint
 		status              string
 		oldUntil, createdAt int64
+		events              string
 	)
 	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
-		&e.Secret, &e.OldSecret, &oldUntil, &createdAt)
+		&e.Secret, &e.OldSecret, &oldUntil, &createdAt, &events)
+	if err == nil && events != "" {
+		err = json.Unmarshal([]byte(events), &e.EnabledEvents)
+		if len(e.EnabledEvents) == 0 {
+			e.EnabledEvents = nil
+		}
+	}
 	e.Status = chargeonce.EndpointStatus(status)
 	if oldUntil != 0 {
 		e.OldSecretUntil = fromMicros(oldUntil)
@@ -42,16 +49,119 @@ func notFound(what, id string) error {
 	return chargeonce.Errorf(chargeonce.ENOTFOUND, "no %s %q", what, id)
 }
 
-// WebhookEndpointCreate inserts an enabled endpoint.
+// WebhookEndpointCreate inserts an enabled endpoint, unless its merchant
+// has MaxWebhookEndpoints already: counted and inserted in one transaction
+// of the single writer, so concurrent creates never exceed it.
 func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookEndpoint) (chargeonce.WebhookEndpoint, error) {
-	out, err := scanEndpoint(s.wdb.QueryRowContext(ctx, `
-INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, `+nowMicros+`)
-RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret))
+	var out chargeonce.WebhookEndpoint
+	err := s.write(ctx, "creating webhook endpoint", func(ctx context.Context, tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = ?1`, e.MerchantID).Scan(&n); err != nil {
+			return wrap("creating webhook endpoint", err)
+		}
+		if n >= chargeonce.MaxWebhookEndpoints {
+			return chargeonce.FieldError("url", "a merchant may have at most %d webhook endpoints; delete one first", chargeonce.MaxWebhookEndpoints)
+		}
+		var err error
+		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
+INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, created_at, enabled_events)
+VALUES (?1, ?2, ?3, ?4, ?5, `+nowMicros+`, ?6)
+RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret, eventsJSON(e.EnabledEvents)))
+		if err != nil {
+			return wrap("creating webhook endpoint", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return chargeonce.WebhookEndpoint{}, wrap("creating webhook endpoint", err)
+		return chargeonce.WebhookEndpoint{}, err
 	}
 	return out, nil
+}
+
+// eventsJSON stores event types as a JSON array, "every type" as NULL.
+func eventsJSON(types []string) any {
+	if len(types) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(types) // []string always encodes
+	return string(b)
+}
+
+// WebhookEndpointUpdate applies u in one transaction: disabling ends the
+// endpoint's pending deliveries, enabling restarts its failure clock.
+func (s *Store) WebhookEndpointUpdate(ctx context.Context, merchantID, id string, u chargeonce.WebhookEndpointUpdate) (chargeonce.WebhookEndpoint, error) {
+	var out chargeonce.WebhookEndpoint
+	var disabled any
+	if u.Disabled != nil {
+		disabled = *u.Disabled
+	}
+	setEvents, events := false, any(nil)
+	if u.EnabledEvents != nil {
+		setEvents, events = true, eventsJSON(*u.EnabledEvents)
+	}
+	var desc any
+	if u.Description != nil {
+		desc = *u.Description
+	}
+	err := s.write(ctx, "updating webhook endpoint", func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
+UPDATE webhook_endpoints SET
+	status = CASE WHEN ?3 IS NULL THEN status WHEN ?3 THEN 'disabled' ELSE 'enabled' END,
+	disabled_reason = CASE WHEN ?3 IS NULL THEN disabled_reason
+		WHEN ?3 THEN CASE WHEN status = 'enabled' THEN 'disabled by the merchant' ELSE disabled_reason END
+		ELSE NULL END,
+	failing_since = CASE WHEN ?3 = 0 THEN NULL ELSE failing_since END,
+	enabled_events = CASE WHEN ?4 THEN ?5 ELSE enabled_events END,
+	description = coalesce(?6, description)
+WHERE merchant_id = ?1 AND id = ?2
+RETURNING `+endpointColumns, merchantID, id, disabled, setEvents, events, desc))
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("webhook endpoint", id)
+		}
+		if err != nil {
+			return wrap("updating webhook endpoint", err)
+		}
+		if out.Status == chargeonce.EndpointDisabled {
+			if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET state = 'failed' WHERE endpoint_id = ?1 AND state = 'pending'`, id); err != nil {
+				return wrap("updating webhook endpoint", err)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// WebhookEndpointRecover queues again the failed deliveries of the
+// endpoint created since, once per event (see the PostgreSQL store).
+func (s *Store) WebhookEndpointRecover(ctx context.Context, merchantID, id string, since time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, "recovering webhook deliveries", func(ctx context.Context, tx *sql.Tx) error {
+		var status string
+		err := tx.QueryRowContext(ctx, `SELECT status FROM webhook_endpoints WHERE merchant_id = ?1 AND id = ?2`, merchantID, id).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("webhook endpoint", id)
+		}
+		if err != nil {
+			return wrap("recovering webhook deliveries", err)
+		}
+		if status != string(chargeonce.EndpointEnabled) {
+			return chargeonce.Errorf(chargeonce.EINVALID, "webhook endpoint %s is disabled: enable it first", id)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
+SELECT DISTINCT d.event_id, d.endpoint_id, d.merchant_id, `+nowMicros+`, `+nowMicros+`
+FROM webhook_deliveries d
+WHERE d.endpoint_id = ?1 AND d.state = 'failed' AND d.created_at >= ?2
+	AND NOT EXISTS (SELECT 1 FROM webhook_attempts a
+		WHERE a.event_id = d.event_id AND a.endpoint_id = d.endpoint_id AND a.status_code BETWEEN 200 AND 299)
+ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending' DO NOTHING`, id, since.UnixMicro())
+		if err != nil {
+			return wrap("recovering webhook deliveries", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
 }
 
 // WebhookEndpointsList returns the merchant's endpoints, oldest first.
@@ -132,28 +242,60 @@ FROM webhook_events WHERE merchant_id = ?1 AND id = ?2`, merchantID, id))
 	if err != nil {
 		return ev, nil, wrap("reading event", err)
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT event_id, endpoint_id, at, coalesce(status_code, 0), coalesce(error, ''), latency_us
-FROM webhook_attempts WHERE event_id = ?1 ORDER BY id`, id)
+	attempts, err := s.attempts(ctx, `SELECT id, event_id, endpoint_id, at, coalesce(status_code, 0), coalesce(error, ''), latency_us
+FROM (SELECT * FROM webhook_attempts WHERE event_id = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id`, id, chargeonce.EventAttemptsEmbedded)
 	if err != nil {
 		return ev, nil, wrap("reading event attempts", err)
 	}
+	return ev, attempts, nil
+}
+
+// attempts reads the attempts query q selects.
+func (s *Store) attempts(ctx context.Context, q string, args ...any) ([]chargeonce.WebhookAttempt, error) {
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	attempts := []chargeonce.WebhookAttempt{}
+	out := []chargeonce.WebhookAttempt{}
 	for rows.Next() {
 		var (
 			a      chargeonce.WebhookAttempt
 			at, us int64
 		)
-		if err := rows.Scan(&a.EventID, &a.EndpointID, &at, &a.StatusCode, &a.Error, &us); err != nil {
-			return ev, nil, wrap("reading event attempts", err)
+		if err := rows.Scan(&a.ID, &a.EventID, &a.EndpointID, &at, &a.StatusCode, &a.Error, &us); err != nil {
+			return nil, err
 		}
 		a.At, a.Latency = fromMicros(at), time.Duration(us)*time.Microsecond
-		attempts = append(attempts, a)
+		out = append(out, a)
 	}
-	if err := rows.Err(); err != nil {
-		return ev, nil, wrap("reading event attempts", err)
+	return out, rows.Err()
+}
+
+// WebhookAttemptsList pages the attempts of the merchant's event, newest
+// first, by keyset on the attempt's id.
+func (s *Store) WebhookAttemptsList(ctx context.Context, p chargeonce.AttemptsListParams) (chargeonce.AttemptsPage, error) {
+	if err := p.Check(); err != nil {
+		return chargeonce.AttemptsPage{}, err
 	}
-	return ev, attempts, nil
+	var found int
+	if err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM webhook_events WHERE merchant_id = ?1 AND id = ?2`,
+		p.MerchantID, p.EventID).Scan(&found); err != nil {
+		return chargeonce.AttemptsPage{}, wrap("listing attempts", err)
+	}
+	if found == 0 {
+		return chargeonce.AttemptsPage{}, notFound("event", p.EventID)
+	}
+	attempts, err := s.attempts(ctx, `SELECT id, event_id, endpoint_id, at, coalesce(status_code, 0), coalesce(error, ''), latency_us
+FROM webhook_attempts WHERE event_id = ?1 AND (?2 = 0 OR id < ?2) ORDER BY id DESC LIMIT ?3`, p.EventID, p.StartingAfter, p.Limit+1)
+	if err != nil {
+		return chargeonce.AttemptsPage{}, wrap("listing attempts", err)
+	}
+	page := chargeonce.AttemptsPage{Attempts: attempts}
+	if len(attempts) > p.Limit {
+		page.Attempts, page.HasMore = attempts[:p.Limit], true
+	}
+	return page, nil
 }
 
 // WebhookEventsList pages the merchant's events, newest first, by keyset.
@@ -198,7 +340,9 @@ ORDER BY created_at DESC, id DESC LIMIT ?5`, p.MerchantID, p.ChargeID, p.Startin
 	return page, nil
 }
 
-// WebhookEventRedeliver queues one more delivery per enabled endpoint.
+// WebhookEventRedeliver owes the event to every enabled endpoint, due now:
+// a new delivery, or the one already pending made due (0013: at most one
+// pending per event and endpoint).
 func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string) (int, error) {
 	var n int64
 	err := s.write(ctx, "redelivering event", func(ctx context.Context, tx *sql.Tx) error {
@@ -212,7 +356,11 @@ func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
 SELECT ?2, e.id, e.merchant_id, `+nowMicros+`, `+nowMicros+`
-FROM webhook_endpoints e WHERE e.merchant_id = ?1 AND e.status = 'enabled'`, merchantID, id)
+FROM webhook_endpoints e WHERE e.merchant_id = ?1 AND e.status = 'enabled'
+	AND (e.enabled_events IS NULL OR EXISTS (SELECT 1 FROM json_each(e.enabled_events) j
+		WHERE j.value = (SELECT type FROM webhook_events WHERE id = ?2)))
+ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending'
+DO UPDATE SET next_at = min(webhook_deliveries.next_at, excluded.next_at)`, merchantID, id)
 		if err != nil {
 			return wrap("redelivering event", err)
 		}
@@ -224,6 +372,9 @@ FROM webhook_endpoints e WHERE e.merchant_id = ?1 AND e.status = 'enabled'`, mer
 
 // WebhookDeliveriesClaim claims due deliveries in one statement on the
 // single writer, so two callers never get the same one while it is held.
+// As on PostgreSQL, it reads each enabled endpoint's first due deliveries
+// (webhook_deliveries_endpoint_due), so one endpoint's backlog does not
+// slow the claim of another's.
 func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration, limit, perMerchant int, skip []string) ([]chargeonce.WebhookDelivery, error) {
 	if limit <= 0 || perMerchant <= 0 {
 		return nil, nil
@@ -242,13 +393,13 @@ func (s *Store) WebhookDeliveriesClaim(ctx context.Context, lease time.Duration,
 		rows, err := tx.QueryContext(ctx, `UPDATE webhook_deliveries SET claimed_until = `+nowMicros+` + ?1, token = ?4
 WHERE id IN (
 	SELECT id FROM (
-		SELECT id, next_at, row_number() OVER (PARTITION BY merchant_id ORDER BY next_at, id) AS rn
-		FROM (
-			SELECT id, merchant_id, next_at FROM webhook_deliveries
-			WHERE state = 'pending' AND next_at <= `+nowMicros+` AND claimed_until <= `+nowMicros+`
-				AND merchant_id NOT IN (SELECT value FROM json_each(?5))
-			ORDER BY next_at, id LIMIT ?2 * 20
-		)
+		SELECT p.id, p.next_at, row_number() OVER (PARTITION BY e.merchant_id ORDER BY p.next_at, p.id) AS rn
+		FROM webhook_endpoints e
+		JOIN webhook_deliveries p ON p.id IN (
+			SELECT d.id FROM webhook_deliveries d INDEXED BY webhook_deliveries_endpoint_due
+			WHERE d.endpoint_id = e.id AND d.state = 'pending' AND d.next_at <= `+nowMicros+` AND d.claimed_until <= `+nowMicros+`
+			ORDER BY d.next_at, d.id LIMIT ?3)
+		WHERE e.status = 'enabled' AND e.merchant_id NOT IN (SELECT value FROM json_each(?5))
 	) WHERE rn <= ?3 ORDER BY next_at, id LIMIT ?2)
 RETURNING id, attempts, event_id, endpoint_id`, micros(lease), limit, perMerchant, token, string(skipJSON))
 		if err != nil {

@@ -26,6 +26,11 @@ var webhookTests = []struct {
 	{"WebhookDisable", testWebhookDisable},
 	{"WebhookEndpointsCRUD", testWebhookEndpointsCRUD},
 	{"WebhookEventsListAndRedeliver", testWebhookEventsListAndRedeliver},
+	{"WebhookRedeliverOnePending", testWebhookRedeliverOnePending},
+	{"WebhookClaimPastHeldBacklog", testWebhookClaimPastHeldBacklog},
+	{"WebhookEndpointCapRace", testWebhookEndpointCapRace},
+	{"WebhookAttemptsPaged", testWebhookAttemptsPaged},
+	{"WebhookEndpointLifecycle", testWebhookEndpointLifecycle},
 }
 
 func addEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.WebhookEndpoint {
@@ -505,17 +510,287 @@ func testWebhookEventsListAndRedeliver(t *testing.T, s chargeonce.Store) {
 	_, err = s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: "m2", Limit: 10, StartingAfter: first.Events[0].ID})
 	wantCode(t, "another merchant's cursor", err, chargeonce.EINVALID)
 
-	if ds := claimDeliveries(t, s, longLease); len(ds) != 5 {
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 5 {
 		t.Fatalf("claimed %d", len(ds))
+	}
+	for _, d := range ds {
+		if _, err := s.WebhookDeliveryFinish(t.Context(), d, chargeonce.WebhookOutcome{
+			Attempt: chargeonce.WebhookAttempt{StatusCode: 200}, Delivered: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n, err := s.WebhookEventRedeliver(t.Context(), "m1", one.Events[0].ID)
 	if err != nil || n != 1 {
 		t.Fatalf("redeliver = %d, %v", n, err)
 	}
-	ds := claimDeliveries(t, s, longLease)
+	ds = claimDeliveries(t, s, longLease)
 	if len(ds) != 1 || ds[0].Event.ID != one.Events[0].ID {
 		t.Fatalf("after redeliver claimed %+v", ds)
 	}
 	_, err = s.WebhookEventRedeliver(t.Context(), "m2", one.Events[0].ID)
 	wantCode(t, "redeliver another merchant's event", err, chargeonce.ENOTFOUND)
+}
+
+// testWebhookRedeliverOnePending: an event is owed at most once to each
+// endpoint, however many redeliveries race; a redelivery of a delivery
+// waiting for its next try makes it due now.
+func testWebhookRedeliverOnePending(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	addEndpoint(t, s, "m1")
+	settle(t, s, "m1", "k1")
+	ev := events(t, s, "m1")[0]
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Go(func() {
+			if n, err := s.WebhookEventRedeliver(t.Context(), "m1", ev.ID); err != nil || n != 2 {
+				errs <- fmt.Errorf("redeliver = %d, %w; want 2 (one per endpoint)", n, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if st, err := s.WebhookStats(t.Context()); err != nil || st.Pending != 2 {
+		t.Fatalf("after 50 redeliveries: %d pending, %v; want 2, one per endpoint", st.Pending, err)
+	}
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 2 {
+		t.Fatalf("claimed %d, want 2", len(ds))
+	}
+	// One waits an hour for its next try; a redelivery makes it due now.
+	if _, err := s.WebhookDeliveryFinish(t.Context(), ds[0], chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 500}, RetryIn: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WebhookDeliveryFinish(t.Context(), ds[1], chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 200}, Delivered: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.WebhookEventRedeliver(t.Context(), "m1", ev.ID); err != nil || n != 2 {
+		t.Fatalf("redeliver = %d, %v; want 2", n, err)
+	}
+	ds = claimDeliveries(t, s, longLease)
+	if len(ds) != 2 || ds[0].Endpoint.ID == ds[1].Endpoint.ID {
+		t.Fatalf("claimed %+v after the redelivery; want one delivery per endpoint, due now", ds)
+	}
+	if st, err := s.WebhookStats(t.Context()); err != nil || st.Pending != 2 {
+		t.Fatalf("%d pending, %v; want 2", st.Pending, err)
+	}
+}
+
+// testWebhookClaimPastHeldBacklog: a merchant held at its limit (skipped)
+// with a long backlog, and one whose deliveries are mostly claimed, do not
+// keep another merchant's due delivery from the claim.
+func testWebhookClaimPastHeldBacklog(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "busy")
+	addEndpoint(t, s, "calm")
+	for i := range 30 {
+		settle(t, s, "busy", fmt.Sprintf("k%02d", i))
+	}
+	settle(t, s, "calm", "k")
+	ds, err := s.WebhookDeliveriesClaim(t.Context(), longLease, 1, 4, []string{"busy"})
+	if err != nil || len(ds) != 1 || ds[0].Event.MerchantID != "calm" {
+		t.Fatalf("claim of 1 skipping busy = %+v, %v; want calm's delivery", ds, err)
+	}
+	ds, err = s.WebhookDeliveriesClaim(t.Context(), longLease, 100, 4, nil)
+	if err != nil || len(ds) != 4 {
+		t.Fatalf("claim = %d, %v; want busy's first 4", len(ds), err)
+	}
+	ds, err = s.WebhookDeliveriesClaim(t.Context(), longLease, 100, 4, nil)
+	if err != nil || len(ds) != 4 {
+		t.Fatalf("claim past busy's 4 claimed = %d, %v; want its next 4", len(ds), err)
+	}
+}
+
+// testWebhookEndpointCapRace: 64 concurrent creates for one merchant make
+// exactly MaxWebhookEndpoints endpoints; the others are EINVALID, and
+// another merchant is not counted against it. Seen before the stores
+// enforced the cap: 35 endpoints against a cap of 16.
+func testWebhookEndpointCapRace(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "other")
+	var (
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		created, capped int
+	)
+	for range 64 {
+		wg.Go(func() {
+			_, err := s.WebhookEndpointCreate(t.Context(), chargeonce.WebhookEndpoint{
+				ID: "we_" + randHex(8), MerchantID: "m1", URL: "https://example.com/hook", Secret: "whsec_" + randHex(16),
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case chargeonce.ErrorCode(err) == chargeonce.EINVALID:
+				capped++
+			default:
+				t.Errorf("create: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	eps, err := s.WebhookEndpointsList(t.Context(), "m1")
+	if err != nil || created != chargeonce.MaxWebhookEndpoints || capped != 64-created || len(eps) != chargeonce.MaxWebhookEndpoints {
+		t.Fatalf("64 concurrent creates: %d created, %d refused, %d listed (%v); want %d created", created, capped, len(eps), err, chargeonce.MaxWebhookEndpoints)
+	}
+	// Deleting one makes room for one.
+	if err := s.WebhookEndpointDelete(t.Context(), "m1", eps[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	addEndpoint(t, s, "m1")
+}
+
+// testWebhookAttemptsPaged: an event with 30 attempts shows its 20 most
+// recent with it (EventAttemptsEmbedded), and pages of its attempts, newest
+// first, cover the 30 once each; another merchant reads none.
+func testWebhookAttemptsPaged(t *testing.T, s chargeonce.Store) {
+	addEndpoint(t, s, "m1")
+	settle(t, s, "m1", "k1")
+	const n = 30
+	for i := range n {
+		ds := claimDeliveries(t, s, longLease)
+		if len(ds) != 1 {
+			t.Fatalf("attempt %d: claimed %d", i, len(ds))
+		}
+		if _, err := s.WebhookDeliveryFinish(t.Context(), ds[0], chargeonce.WebhookOutcome{
+			Attempt: chargeonce.WebhookAttempt{StatusCode: 500 + i, Latency: time.Millisecond}, RetryIn: time.Microsecond}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ev := events(t, s, "m1")[0]
+	_, embedded, err := s.WebhookEventGet(t.Context(), "m1", ev.ID)
+	if err != nil || len(embedded) != chargeonce.EventAttemptsEmbedded {
+		t.Fatalf("WebhookEventGet: %d attempts, %v; want the %d most recent", len(embedded), err, chargeonce.EventAttemptsEmbedded)
+	}
+	if embedded[0].StatusCode != 500+n-chargeonce.EventAttemptsEmbedded || embedded[len(embedded)-1].StatusCode != 500+n-1 {
+		t.Fatalf("embedded attempts %d..%d, want the most recent, oldest first", embedded[0].StatusCode, embedded[len(embedded)-1].StatusCode)
+	}
+	var (
+		seen   []int
+		cursor int64
+	)
+	for page := 0; ; page++ {
+		p, err := s.WebhookAttemptsList(t.Context(), chargeonce.AttemptsListParams{MerchantID: "m1", EventID: ev.ID, Limit: 7, StartingAfter: cursor})
+		if err != nil || len(p.Attempts) == 0 || len(p.Attempts) > 7 || page > 5 {
+			t.Fatalf("page %d: %+v, %v", page, p, err)
+		}
+		for _, a := range p.Attempts {
+			seen = append(seen, a.StatusCode)
+			if a.ID == 0 || a.EventID != ev.ID {
+				t.Fatalf("attempt %+v", a)
+			}
+		}
+		cursor = p.Attempts[len(p.Attempts)-1].ID
+		if !p.HasMore {
+			break
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("pages cover %d attempts, want %d: %v", len(seen), n, seen)
+	}
+	for i, code := range seen {
+		if code != 500+n-1-i {
+			t.Fatalf("pages in order %v, want newest first", seen)
+		}
+	}
+	_, err = s.WebhookAttemptsList(t.Context(), chargeonce.AttemptsListParams{MerchantID: "m2", EventID: ev.ID, Limit: 10})
+	wantCode(t, "another merchant's attempts", err, chargeonce.ENOTFOUND)
+	_, err = s.WebhookAttemptsList(t.Context(), chargeonce.AttemptsListParams{MerchantID: "m1", EventID: ev.ID, Limit: 101})
+	wantCode(t, "limit 101", err, chargeonce.EINVALID)
+}
+
+// testWebhookEndpointLifecycle: enabled_events filters the fan-out and
+// redelivery; disabling ends the pending deliveries; enabling again
+// delivers new settlements; "recover failed since T" queues each failed
+// event once, and not one delivered since.
+func testWebhookEndpointLifecycle(t *testing.T, s chargeonce.Store) {
+	ctx := t.Context()
+	e, err := s.WebhookEndpointCreate(ctx, chargeonce.WebhookEndpoint{ID: "we_" + randHex(8), MerchantID: "m1",
+		URL: "https://example.com/hook", Secret: "whsec_x", EnabledEvents: []string{chargeonce.EventChargeDeclined}})
+	if err != nil || len(e.EnabledEvents) != 1 {
+		t.Fatalf("create with enabled_events: %+v, %v", e, err)
+	}
+	settle(t, s, "m1", "k-captured") // captured: not for this endpoint
+	p := newIntent("m1", "k-declined")
+	insert(t, s, p)
+	if err := s.KeyComplete(ctx, chargeonce.KeyCompleteParams{MerchantID: "m1", Key: "k-declined", Token: p.Token,
+		ChargeStatus: chargeonce.StatusDeclined, DeclineCode: "card_declined", ResponseStatus: 402, ResponseBody: []byte(`{}`), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ds := claimDeliveries(t, s, longLease)
+	if len(ds) != 1 || ds[0].Event.Type != chargeonce.EventChargeDeclined || len(ds[0].Endpoint.EnabledEvents) != 1 {
+		t.Fatalf("claimed %+v; want the declined event only", ds)
+	}
+	for _, ev := range events(t, s, "m1") {
+		if ev.Type == chargeonce.EventChargeCaptured {
+			if n, err := s.WebhookEventRedeliver(ctx, "m1", ev.ID); err != nil || n != 0 {
+				t.Fatalf("redeliver a captured event to an endpoint of declined ones: %d, %v", n, err)
+			}
+		}
+	}
+	// Every type again; a failed delivery, then the endpoint disabled.
+	all := []string{}
+	e, err = s.WebhookEndpointUpdate(ctx, "m1", e.ID, chargeonce.WebhookEndpointUpdate{EnabledEvents: &all})
+	if err != nil || e.EnabledEvents != nil {
+		t.Fatalf("enable every type: %+v, %v", e, err)
+	}
+	if _, err := s.WebhookDeliveryFinish(ctx, ds[0], chargeonce.WebhookOutcome{
+		Attempt: chargeonce.WebhookAttempt{StatusCode: 500}, RetryIn: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Hour)
+	settle(t, s, "m1", "k2")
+	yes, no := true, false
+	if e, err = s.WebhookEndpointUpdate(ctx, "m1", e.ID, chargeonce.WebhookEndpointUpdate{Disabled: &yes}); err != nil ||
+		e.Status != chargeonce.EndpointDisabled || e.DisabledReason == "" {
+		t.Fatalf("disable: %+v, %v", e, err)
+	}
+	if st, _ := s.WebhookStats(ctx); st.Pending != 0 {
+		t.Fatalf("%d pending after disabling, want 0", st.Pending)
+	}
+	_, err = s.WebhookEndpointRecover(ctx, "m1", e.ID, since)
+	wantCode(t, "recover to a disabled endpoint", err, chargeonce.EINVALID)
+	if e, err = s.WebhookEndpointUpdate(ctx, "m1", e.ID, chargeonce.WebhookEndpointUpdate{Disabled: &no}); err != nil ||
+		e.Status != chargeonce.EndpointEnabled || e.DisabledReason != "" {
+		t.Fatalf("enable again: %+v, %v", e, err)
+	}
+	_, err = s.WebhookEndpointUpdate(ctx, "m2", e.ID, chargeonce.WebhookEndpointUpdate{Disabled: &no})
+	wantCode(t, "update another merchant's endpoint", err, chargeonce.ENOTFOUND)
+	_, err = s.WebhookEndpointRecover(ctx, "m2", e.ID, since)
+	wantCode(t, "recover another merchant's endpoint", err, chargeonce.ENOTFOUND)
+
+	// The two failed events (declined, k2) come back once each.
+	n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since)
+	if err != nil || n != 2 {
+		t.Fatalf("recover = %d, %v; want the 2 failed events", n, err)
+	}
+	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since); err != nil || n != 0 {
+		t.Fatalf("recover again = %d, %v; want 0: both are owed already", n, err)
+	}
+	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, time.Now().Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("recover since the future = %d, %v", n, err)
+	}
+	ds = claimDeliveries(t, s, longLease)
+	if len(ds) != 2 {
+		t.Fatalf("claimed %d after recovery, want 2", len(ds))
+	}
+	for _, d := range ds {
+		if _, err := s.WebhookDeliveryFinish(ctx, d, chargeonce.WebhookOutcome{Attempt: chargeonce.WebhookAttempt{StatusCode: 200}, Delivered: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since); err != nil || n != 0 {
+		t.Fatalf("recover after both were delivered = %d, %v; want 0", n, err)
+	}
+	settle(t, s, "m1", "k3")
+	if ds := claimDeliveries(t, s, longLease); len(ds) != 1 {
+		t.Fatalf("a settlement after enabling again: %d deliveries, want 1", len(ds))
+	}
 }

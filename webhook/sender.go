@@ -26,12 +26,14 @@ const DeliveryTimeout = 15 * time.Second
 const (
 	DefaultEvery       = time.Second
 	DefaultWorkers     = 32
-	DefaultPerMerchant = 4
+	DefaultPerMerchant = 16
 	// DefaultLease outlasts a delivery's timeout with room to record it:
 	// another instance takes a delivery over only once its sender has
 	// surely given up on it (or died).
 	DefaultLease      = 4 * DeliveryTimeout
 	DefaultStatsEvery = 10 * time.Second
+	// MaxResponseHeaderBytes bounds the headers read from a receiver.
+	MaxResponseHeaderBytes = 64 << 10
 	// claimTimeout bounds a claim, which Stop does not cut short.
 	claimTimeout = 10 * time.Second
 	// maxRetryAfter caps a receiver's Retry-After.
@@ -123,23 +125,32 @@ func NewSender(store chargeonce.Store, o SenderOptions) *Sender {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	tr := &http.Transport{
-		Proxy:                 nil, // a proxy would connect where the dialer cannot check
-		DialContext:           Dialer(o.AllowPrivate).DialContext,
-		TLSHandshakeTimeout:   DeliveryTimeout,
-		ResponseHeaderTimeout: DeliveryTimeout,
-		MaxIdleConnsPerHost:   o.PerMerchant,
-		IdleConnTimeout:       90 * time.Second,
-		ForceAttemptHTTP2:     true,
-	}
 	return &Sender{
 		store: store, o: o, inflight: map[string]int{}, wake: make(chan struct{}, 1),
-		client: &http.Client{
-			Transport: tr,
-			Timeout:   DeliveryTimeout,
-			// A delivery follows no redirect: a 3xx is a failed delivery.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		client: newClient(o.AllowPrivate, o.PerMerchant),
+	}
+}
+
+// newClient is the HTTP client deliveries go out with: the SSRF-checking
+// dialer, no proxy, no redirect, bounded headers and times.
+func newClient(allowPrivate bool, idlePerHost int) *http.Client {
+	tr := &http.Transport{
+		Proxy:                 nil, // a proxy would connect where the dialer cannot check
+		DialContext:           Dialer(allowPrivate).DialContext,
+		TLSHandshakeTimeout:   DeliveryTimeout,
+		ResponseHeaderTimeout: DeliveryTimeout,
+		MaxIdleConnsPerHost:   idlePerHost,
+		// A receiver's headers are read up to this much, then the
+		// delivery fails (the default is 10 MiB per delivery in flight).
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
+		IdleConnTimeout:        90 * time.Second,
+		ForceAttemptHTTP2:      true,
+	}
+	return &http.Client{
+		Transport: tr,
+		Timeout:   DeliveryTimeout,
+		// A delivery follows no redirect: a 3xx is a failed delivery.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
 
@@ -150,13 +161,27 @@ func (s *Sender) Start(ctx context.Context) {
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.done = make(chan struct{})
+	// The backlog is counted apart from dispatch: counting a large one
+	// takes a while, and deliveries must not wait for it.
+	statsDone := make(chan struct{})
 	go func() {
-		defer close(s.done)
-		poll := time.NewTicker(s.o.Every)
-		defer poll.Stop()
+		defer close(statsDone)
 		stats := time.NewTicker(s.o.StatsEvery)
 		defer stats.Stop()
-		s.reportStats(ctx)
+		for {
+			s.reportStats(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-stats.C:
+			}
+		}
+	}()
+	go func() {
+		defer close(s.done)
+		defer func() { <-statsDone }()
+		poll := time.NewTicker(s.o.Every)
+		defer poll.Stop()
 		for {
 			s.dispatch(ctx)
 			select {
@@ -165,8 +190,6 @@ func (s *Sender) Start(ctx context.Context) {
 				return
 			case <-poll.C:
 			case <-s.wake:
-			case <-stats.C:
-				s.reportStats(ctx)
 			}
 		}
 	}()
@@ -316,10 +339,10 @@ func (s *Sender) deliver(ctx context.Context, d chargeonce.WebhookDelivery) {
 		log.Warn("webhooks: recording delivery", "err", err)
 	}
 	if disabled {
-		log.Warn("webhooks: endpoint disabled", "url", d.Endpoint.URL, "reason", cmpOr(o.Disable, "failing for "+s.disableAfter().String()))
+		log.Warn("webhooks: endpoint disabled", "url", RedactURL(d.Endpoint.URL), "reason", cmpOr(o.Disable, "failing for "+s.disableAfter().String()))
 	}
 	if !o.Delivered {
-		log.Info("webhooks: delivery failed", "url", d.Endpoint.URL, "status", o.Attempt.StatusCode, "err", o.Attempt.Error, "retry_in", o.RetryIn)
+		log.Info("webhooks: delivery failed", "url", RedactURL(d.Endpoint.URL), "status", o.Attempt.StatusCode, "err", o.Attempt.Error, "retry_in", o.RetryIn)
 	}
 }
 
@@ -347,8 +370,18 @@ func (s *Sender) disableAfter() time.Duration {
 	return time.Duration(float64(chargeonce.WebhookDisableAfter) * s.o.Scale)
 }
 
-// attempt sends body once and decides what comes next.
+// attempt sends body once and decides what comes next. Its error never
+// holds the endpoint URL's secrets (RedactURL): merchants and operators
+// read it.
 func (s *Sender) attempt(ctx context.Context, d chargeonce.WebhookDelivery, body []byte) chargeonce.WebhookOutcome {
+	o := s.send(ctx, d, body)
+	if o.Attempt.Error != "" {
+		o.Attempt.Error = scrub(o.Attempt.Error, d.Endpoint.URL)
+	}
+	return o
+}
+
+func (s *Sender) send(ctx context.Context, d chargeonce.WebhookDelivery, body []byte) chargeonce.WebhookOutcome {
 	o := chargeonce.WebhookOutcome{DisableAfter: s.disableAfter()}
 	o.Attempt = chargeonce.WebhookAttempt{EventID: d.Event.ID, EndpointID: d.Endpoint.ID}
 	now := time.Now()
@@ -380,7 +413,7 @@ func (s *Sender) attempt(ctx context.Context, d chargeonce.WebhookDelivery, body
 	resp, err := s.client.Do(req)
 	o.Attempt.Latency = time.Since(start)
 	if err != nil {
-		o.Attempt.Error = describe(err)
+		o.Attempt.Error = describe(redactErr(err))
 		o.RetryIn = s.retryIn(d.Attempts, 0)
 		return o
 	}
