@@ -33,7 +33,8 @@ CREATE INDEX refunds_merchant_created ON refunds (merchant_id, created_at DESC, 
 -- charge's id, or the refund's and a suffix per type), so the primary key
 -- keeps each to one and INSERT OR IGNORE still finds it. The
 -- fan-out trigger goes with the old table and is created again, as is the
--- charges' settlement trigger (0011), which names the table.
+-- charges' settlement trigger (0011), which names the table; the fan-out
+-- keeps 0013's filter on the endpoint's enabled_events.
 DROP TRIGGER charges_webhook_event;
 CREATE TABLE webhook_events_new (
     id          TEXT    NOT NULL PRIMARY KEY,
@@ -57,7 +58,8 @@ BEGIN
     INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
     SELECT NEW.id, e.id, NEW.merchant_id, NEW.created_at, NEW.created_at
     FROM webhook_endpoints e
-    WHERE e.merchant_id = NEW.merchant_id AND e.status = 'enabled';
+    WHERE e.merchant_id = NEW.merchant_id AND e.status = 'enabled'
+        AND (e.enabled_events IS NULL OR EXISTS (SELECT 1 FROM json_each(e.enabled_events) WHERE value = NEW.type));
 END;
 
 CREATE TRIGGER charges_webhook_event
