@@ -418,7 +418,7 @@ func (s *Server) handleUpdateEndpoint(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := s.readMerchantBody(w, r, merchant.ID)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -468,7 +468,7 @@ func (s *Server) handleRecoverEndpoint(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := s.readMerchantBody(w, r, merchant.ID)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
