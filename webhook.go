@@ -106,9 +106,14 @@ type WebhookEndpointUpdate struct {
 type WebhookEvent struct {
 	ID         string
 	MerchantID string
-	ChargeID   string
-	Type       string
-	CreatedAt  time.Time
+	// ChargeID is the charge the event is about, or whose refund it is
+	// about.
+	ChargeID string
+	// ObjectID is the refund (re_…) a refund.* or charge.refunded event
+	// is about; "" for a charge's settlement.
+	ObjectID  string
+	Type      string
+	CreatedAt time.Time
 }
 
 // WebhookAttempt is one try at delivering an event to an endpoint.

@@ -323,3 +323,49 @@ func exerciseRefunds(t *testing.T, c *conformance, base string, key func(string)
 	want(c.exchange(base, "GET", "/v1/refunds/{id}", "/v1/refunds/re_nope", nil, nil, true), 404, "no such refund")
 	want(c.exchange(base, "GET", "/v1/refunds/{id}", "/v1/refunds/"+page.Data[0].ID, nil, map[string]string{"Authorization": ""}, false), 401, "get without a key")
 }
+
+// TestRefundEventsCarryTheRefund: a refund's events show the refund as
+// data.object (refund.created, refund.updated), charge.refunded the charge,
+// in GET /v1/events as in what the sender delivers (webhook.EventObject).
+func TestRefundEventsCarryTheRefund(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, kind, engine.Options{}, acquirer.Options{})
+			c := capture(t, f, 25000, "tok_ok")
+			r := refund(t, f, c.ID, "refund-events", `{"amount_cents": 1000}`)
+			if r.Status != 201 {
+				t.Fatalf("refund: %d %s", r.Status, r.Body)
+			}
+			rf := decodeRefund(t, r.Body)
+			got, err := apitest.Do(t, nil, "GET", f.inst.URL+"/v1/events?charge_id="+c.ID, nil, nil)
+			if err != nil || got.Status != 200 {
+				t.Fatalf("GET events: %v %d %s", err, got.Status, got.Body)
+			}
+			var page struct {
+				Data []struct {
+					Type string `json:"type"`
+					Data struct {
+						Object struct {
+							ID string `json:"id"`
+						} `json:"object"`
+					} `json:"data"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(got.Body, &page); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]string{}
+			for _, ev := range page.Data {
+				seen[ev.Type] = ev.Data.Object.ID
+			}
+			want := map[string]string{"charge.captured": c.ID, "refund.created": rf.ID, "refund.updated": rf.ID, "charge.refunded": c.ID}
+			for typ, id := range want {
+				if seen[typ] != id {
+					t.Errorf("%s carries object %q, want %q (events: %v)", typ, seen[typ], id, seen)
+				}
+			}
+		})
+	}
+}

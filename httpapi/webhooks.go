@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce"
-	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/idempotency"
 	"github.com/chargeonce/chargeonce/webhook"
 	"github.com/chargeonce/chargeonce/wire"
@@ -206,13 +205,13 @@ func (s *Server) handleRotateSecret(w http.ResponseWriter, r *http.Request) {
 // eventJSON is an event as the API shows it: the delivered body, plus
 // (for GET /v1/events/{id}) its delivery attempts.
 func (s *Server) eventJSON(r *http.Request, ev chargeonce.WebhookEvent) (map[string]any, error) {
-	ch, err := s.store.ChargeGet(r.Context(), ev.MerchantID, ev.ChargeID)
+	object, err := webhook.EventObject(r.Context(), s.store, ev)
 	if err != nil {
 		return nil, err
 	}
 	return map[string]any{
 		"id": ev.ID, "object": "event", "type": ev.Type, "created_at": ev.CreatedAt.UTC().Format(time.RFC3339Nano),
-		"data": map[string]any{"object": json.RawMessage(engine.EncodeCharge(&ch))},
+		"data": map[string]any{"object": json.RawMessage(object)},
 	}, nil
 }
 

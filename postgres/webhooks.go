@@ -241,9 +241,9 @@ func (s *Store) WebhookEventGet(ctx context.Context, merchantID, id string) (cha
 		return chargeonce.WebhookEvent{}, nil, notFound("event", id)
 	}
 	var ev chargeonce.WebhookEvent
-	err := s.pool.QueryRow(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+	err := s.pool.QueryRow(ctx, `SELECT id, merchant_id, charge_id, coalesce(object_id, ''), type, created_at
 FROM webhook_events WHERE merchant_id = $1 AND id = $2`, merchantID, id).
-		Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.Type, &ev.CreatedAt)
+		Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.ObjectID, &ev.Type, &ev.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ev, nil, notFound("event", id)
 	}
@@ -335,7 +335,7 @@ func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListPa
 			return page, fmt.Errorf("listing events: %w", translate(err))
 		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+	rows, err := s.pool.Query(ctx, `SELECT id, merchant_id, charge_id, coalesce(object_id, ''), type, created_at
 FROM webhook_events
 WHERE merchant_id = $1 AND ($2 = '' OR charge_id = $2)
 	AND ($3 = '' OR (created_at, id) < ($4, $3))
@@ -346,7 +346,7 @@ ORDER BY created_at DESC, id DESC LIMIT $5`, p.MerchantID, p.ChargeID, cursor, a
 	defer rows.Close()
 	for rows.Next() {
 		var ev chargeonce.WebhookEvent
-		if err := rows.Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.Type, &ev.CreatedAt); err != nil {
+		if err := rows.Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.ObjectID, &ev.Type, &ev.CreatedAt); err != nil {
 			return page, fmt.Errorf("listing events: %w", translate(err))
 		}
 		page.Events = append(page.Events, ev)
@@ -427,7 +427,7 @@ WITH due AS (
 	WHERE w.id = ANY (ARRAY(SELECT id FROM due)) AND w.state = 'pending' AND w.claimed_until <= now()
 	RETURNING w.id, w.attempts, w.event_id, w.endpoint_id
 )
-SELECT d.id, d.attempts, ev.id, ev.merchant_id, ev.charge_id, ev.type, ev.created_at,
+SELECT d.id, d.attempts, ev.id, ev.merchant_id, ev.charge_id, coalesce(ev.object_id, ''), ev.type, ev.created_at,
 	`+endpointColumnsE+`
 FROM d JOIN webhook_events ev ON ev.id = d.event_id
 JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, token, skip)
@@ -443,7 +443,7 @@ JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, to
 			oldUntil *time.Time
 		)
 		e := &d.Endpoint
-		if err := rows.Scan(&d.ID, &d.Attempts, &d.Event.ID, &d.Event.MerchantID, &d.Event.ChargeID, &d.Event.Type, &d.Event.CreatedAt,
+		if err := rows.Scan(&d.ID, &d.Attempts, &d.Event.ID, &d.Event.MerchantID, &d.Event.ChargeID, &d.Event.ObjectID, &d.Event.Type, &d.Event.CreatedAt,
 			&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
 			&e.Secret, &e.OldSecret, &oldUntil, &e.CreatedAt, &e.EnabledEvents); err != nil {
 			return nil, fmt.Errorf("claiming webhook deliveries: %w", translate(err))

@@ -227,14 +227,14 @@ func scanEvent(row scanner) (chargeonce.WebhookEvent, error) {
 		ev chargeonce.WebhookEvent
 		at int64
 	)
-	err := row.Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.Type, &at)
+	err := row.Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.ObjectID, &ev.Type, &at)
 	ev.CreatedAt = fromMicros(at)
 	return ev, err
 }
 
 // WebhookEventGet returns the event and its attempts.
 func (s *Store) WebhookEventGet(ctx context.Context, merchantID, id string) (chargeonce.WebhookEvent, []chargeonce.WebhookAttempt, error) {
-	ev, err := scanEvent(s.rdb.QueryRowContext(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+	ev, err := scanEvent(s.rdb.QueryRowContext(ctx, `SELECT id, merchant_id, charge_id, coalesce(object_id, ''), type, created_at
 FROM webhook_events WHERE merchant_id = ?1 AND id = ?2`, merchantID, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return ev, nil, notFound("event", id)
@@ -315,7 +315,7 @@ func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListPa
 			return page, wrap("listing events", err)
 		}
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, merchant_id, charge_id, coalesce(object_id, ''), type, created_at
 FROM webhook_events
 WHERE merchant_id = ?1 AND (?2 = '' OR charge_id = ?2)
 	AND (?3 = '' OR (created_at, id) < (?4, ?3))
@@ -425,7 +425,7 @@ RETURNING id, attempts, event_id, endpoint_id`, micros(lease), limit, perMerchan
 		}
 		for _, c := range cs {
 			d := chargeonce.WebhookDelivery{ID: c.id, Token: token, Attempts: c.attempts}
-			ev, err := scanEvent(tx.QueryRowContext(ctx, `SELECT id, merchant_id, charge_id, type, created_at
+			ev, err := scanEvent(tx.QueryRowContext(ctx, `SELECT id, merchant_id, charge_id, coalesce(object_id, ''), type, created_at
 FROM webhook_events WHERE id = ?1`, c.eventID))
 			if err != nil {
 				return wrap("claiming webhook deliveries", err)

@@ -292,9 +292,9 @@ func (s *Sender) release(merchant string) {
 	}
 }
 
-// Body renders an event as it is delivered: data.object is the charge as
-// the API shows it.
-func Body(ev chargeonce.WebhookEvent, ch *chargeonce.Charge) ([]byte, error) {
+// Body renders an event as it is delivered: data.object is the object the
+// event is about as the API shows it (see EventObject).
+func Body(ev chargeonce.WebhookEvent, object []byte) ([]byte, error) {
 	return json.Marshal(struct {
 		ID        string `json:"id"`
 		Type      string `json:"type"`
@@ -304,20 +304,38 @@ func Body(ev chargeonce.WebhookEvent, ch *chargeonce.Charge) ([]byte, error) {
 		} `json:"data"`
 	}{ID: ev.ID, Type: ev.Type, CreatedAt: ev.CreatedAt.UTC().Format(time.RFC3339Nano), Data: struct {
 		Object json.RawMessage `json:"object"`
-	}{engine.EncodeCharge(ch)}})
+	}{object}})
+}
+
+// EventObject reads and renders the object an event is about, as the API
+// shows it: the refund for refund.created, refund.updated and
+// refund.failed, the charge otherwise (a settlement, charge.refunded).
+func EventObject(ctx context.Context, store chargeonce.Store, ev chargeonce.WebhookEvent) ([]byte, error) {
+	if ev.ObjectID != "" && strings.HasPrefix(ev.Type, "refund.") {
+		rf, err := store.RefundGet(ctx, ev.MerchantID, ev.ObjectID)
+		if err != nil {
+			return nil, err
+		}
+		return engine.EncodeRefund(&rf), nil
+	}
+	ch, err := store.ChargeGet(ctx, ev.MerchantID, ev.ChargeID)
+	if err != nil {
+		return nil, err
+	}
+	return engine.EncodeCharge(&ch), nil
 }
 
 // deliver makes one attempt and records it.
 func (s *Sender) deliver(ctx context.Context, d chargeonce.WebhookDelivery) {
 	log := s.o.Logger.With("event", d.Event.ID, "endpoint", d.Endpoint.ID, "merchant", d.Event.MerchantID, "attempt", d.Attempts+1)
-	ch, err := s.store.ChargeGet(ctx, d.Event.MerchantID, d.Event.ChargeID)
+	object, err := EventObject(ctx, s.store, d.Event)
 	if err != nil {
 		if ctx.Err() == nil {
-			log.Warn("webhooks: reading the event's charge; the delivery is retried when its lease ends", "err", err)
+			log.Warn("webhooks: reading the event's object; the delivery is retried when its lease ends", "err", err)
 		}
 		return
 	}
-	body, err := Body(d.Event, &ch)
+	body, err := Body(d.Event, object)
 	if err != nil {
 		log.Error("webhooks: encoding event", "err", err)
 		return
