@@ -60,31 +60,12 @@ func (s *Server) handleListCharges(w http.ResponseWriter, r *http.Request) {
 // and whether a cursor is one of the merchant's charges).
 func parseListQuery(raw string) (chargeonce.ChargesListParams, error) {
 	p := chargeonce.ChargesListParams{Limit: chargeonce.ChargesListDefaultLimit}
-	q, err := url.ParseQuery(raw)
+	q, limit, err := listQuery(raw, listParams, "GET /v1/charges takes limit, starting_after, ending_before, order_id and status", chargeonce.ChargesListMaxLimit)
 	if err != nil {
-		return p, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err)
+		return p, err
 	}
-	for name, vs := range q {
-		if !listParams[name] {
-			field := name
-			if !chargeonce.ValidText(field) || len(field) > 64 {
-				field = "query"
-			}
-			return p, chargeonce.FieldError(field, "unknown query parameter %q; GET /v1/charges takes limit, starting_after, ending_before, order_id and status", name)
-		}
-		if len(vs) > 1 {
-			return p, chargeonce.FieldError(name, "%s is given %d times; give it once", name, len(vs))
-		}
-		if vs[0] == "" {
-			return p, chargeonce.FieldError(name, "%s is empty; give a value or leave it out", name)
-		}
-	}
-	if v, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 || n > chargeonce.ChargesListMaxLimit {
-			return p, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", chargeonce.ChargesListMaxLimit)
-		}
-		p.Limit = n
+	if limit > 0 {
+		p.Limit = limit
 	}
 	if v, ok := q["order_id"]; ok {
 		n, err := strconv.ParseInt(v[0], 10, 64)
@@ -97,4 +78,40 @@ func parseListQuery(raw string) (chargeonce.ChargesListParams, error) {
 	p.StartingAfter = q.Get("starting_after")
 	p.EndingBefore = q.Get("ending_before")
 	return p, nil
+}
+
+// listQuery reads a list route's query strictly: a parameter not in
+// allowed (takes says which the route takes), one given twice or empty, or
+// a limit that is not an integer from 1 to maxLimit, is an EINVALID error
+// naming the parameter. It returns the parameters and the limit (0 when
+// none is given).
+func listQuery(raw string, allowed map[string]bool, takes string, maxLimit int) (url.Values, int, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, 0, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err)
+	}
+	for name, vs := range q {
+		if !allowed[name] {
+			field := name
+			if !chargeonce.ValidText(field) || len(field) > 64 {
+				field = "query"
+			}
+			return nil, 0, chargeonce.FieldError(field, "unknown query parameter %q; %s", name, takes)
+		}
+		if len(vs) > 1 {
+			return nil, 0, chargeonce.FieldError(name, "%s is given %d times; give it once", name, len(vs))
+		}
+		if vs[0] == "" || !chargeonce.ValidText(vs[0]) {
+			return nil, 0, chargeonce.FieldError(name, "%s is empty or not text; give a value or leave it out", name)
+		}
+	}
+	limit := 0
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > maxLimit {
+			return nil, 0, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", maxLimit)
+		}
+		limit = n
+	}
+	return q, limit, nil
 }

@@ -452,13 +452,15 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 	// Over the webhook routes' rate: another merchant spends its burst,
 	// then each route answers it 429.
 	otherKey := map[string]string{"Authorization": "Bearer " + apitest.OtherAPIKey}
-	for i := 0; ; i++ {
-		r, err := apitest.Do(t, nil, "GET", base+"/v1/webhook_endpoints", nil, otherKey)
-		if err != nil || i > 1000 {
-			t.Fatalf("spending the webhook routes' burst: %d requests, %v", i, err)
-		}
-		if r.Status == http.StatusTooManyRequests {
-			break
+	spend := func() {
+		for i := 0; ; i++ {
+			r, err := apitest.Do(t, nil, "GET", base+"/v1/webhook_endpoints", nil, otherKey)
+			if err != nil || i > 1000 {
+				t.Fatalf("spending the webhook routes' burst: %d requests, %v", i, err)
+			}
+			if r.Status == http.StatusTooManyRequests {
+				return
+			}
 		}
 	}
 	for _, rt := range []struct{ method, route, target string }{
@@ -485,7 +487,17 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 		case "/v1/webhook_endpoints/{id}/recover":
 			body = []byte(`{"since":"2026-01-01T00:00:00Z"}`)
 		}
-		want(c.exchange(base, rt.method, rt.route, rt.target, body, otherKey, true), 429, rt.method+" "+rt.route+" over the rate")
+		// The bucket refills 20 tokens a second: on a loaded machine one
+		// may come back between spending the last and the request, so the
+		// burst is spent again and the request repeated, a few times.
+		for try := 0; ; try++ {
+			spend()
+			r := c.exchange(base, rt.method, rt.route, rt.target, body, otherKey, true)
+			if r.Status == http.StatusTooManyRequests || try == 4 {
+				want(r, 429, rt.method+" "+rt.route+" over the rate")
+				break
+			}
+		}
 	}
 
 	// Operations.

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/chargeonce/chargeonce"
@@ -103,34 +102,19 @@ func (s *Server) handleListRefunds(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, b)
 }
 
+// refundsParams are the query parameters GET /v1/refunds understands.
+var refundsParams = map[string]bool{"limit": true, "starting_after": true, "charge_id": true}
+
 // parseRefundsQuery reads GET /v1/refunds' query strictly: limit,
 // starting_after and charge_id, each at most once and not empty.
 func parseRefundsQuery(raw string) (chargeonce.RefundsListParams, error) {
 	p := chargeonce.RefundsListParams{Limit: chargeonce.RefundsListDefaultLimit}
-	q, err := url.ParseQuery(raw)
+	q, limit, err := listQuery(raw, refundsParams, "GET /v1/refunds takes limit, starting_after and charge_id", chargeonce.RefundsListMaxLimit)
 	if err != nil {
-		return p, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err)
+		return p, err
 	}
-	for name, vs := range q {
-		switch {
-		case name != "limit" && name != "starting_after" && name != "charge_id":
-			field := name
-			if !chargeonce.ValidText(field) || len(field) > 64 {
-				field = "query"
-			}
-			return p, chargeonce.FieldError(field, "unknown query parameter %q; GET /v1/refunds takes limit, starting_after and charge_id", name)
-		case len(vs) > 1:
-			return p, chargeonce.FieldError(name, "%s is given %d times; give it once", name, len(vs))
-		case vs[0] == "":
-			return p, chargeonce.FieldError(name, "%s is empty; give a value or leave it out", name)
-		}
-	}
-	if v, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 || n > chargeonce.RefundsListMaxLimit {
-			return p, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", chargeonce.RefundsListMaxLimit)
-		}
-		p.Limit = n
+	if limit > 0 {
+		p.Limit = limit
 	}
 	p.ChargeID = q.Get("charge_id")
 	p.StartingAfter = q.Get("starting_after")

@@ -34,7 +34,7 @@ type Server struct {
 	// webhooksAllowPrivate lets endpoints be http:// and private addresses.
 	webhooksAllowPrivate bool
 	// bodies counts each merchant's request bodies being read.
-	bodies *shares
+	bodies *readShares
 	// reads gives each merchant its share of reads in flight.
 	reads *readShares
 	// webhookRate limits each merchant on the webhook and event routes.
@@ -80,7 +80,7 @@ type Config struct {
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{engine: cfg.Engine, store: cfg.Store, keys: cfg.Keys, log: cfg.Logger, outcomes: cfg.Outcomes, rejected: cfg.Rejections, mux: http.NewServeMux(),
-		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, bodies: newShares(MaxBodyReadsPerMerchant, "request bodies arriving"),
+		webhooksAllowPrivate: cfg.WebhooksAllowPrivate, bodies: newReadShares(MaxBodyReadsPerMerchant, "request bodies arriving"),
 		webhookRate: &webhookLimits{shape: cfg.WebhooksRate}}
 	s.tester = webhook.NewTester(cfg.WebhooksAllowPrivate)
 	if s.webhookRate.shape.IsZero() {
@@ -90,7 +90,7 @@ func New(cfg Config) *Server {
 	if perReads <= 0 {
 		perReads = DefaultMaxReadsPerMerchant
 	}
-	s.reads = newReadShares(perReads)
+	s.reads = newReadShares(perReads, "reads")
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -279,7 +279,7 @@ var (
 // readMerchantBody reads an authenticated request's body within the
 // merchant's share of bodies arriving at once.
 func (s *Server) readMerchantBody(w http.ResponseWriter, r *http.Request, merchant string) ([]byte, error) {
-	release, err := s.bodies.take(merchant)
+	release, err := s.bodies.take(r, merchant)
 	if err != nil {
 		return nil, err
 	}

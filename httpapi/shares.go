@@ -11,43 +11,13 @@ import (
 // MaxBodyReadsPerMerchant is how many request bodies of one merchant may be
 // arriving at once. A body comes with its headers from a client that is
 // not hostile, so this only binds a merchant (or a leaked key) trickling
-// bodies: past it, a request is answered 429 before its body is read, and
+// bodies: past it, a request waits up to ReadShareWait for a share, then is answered
+// 429 before its body is read, and
 // the merchant cannot hold more than its share of the listener's
 // connections (SPEC "Tenants share the service fairly").
+// A burst of ordinary requests (50 refunds at once) only waits a moment
+// for a share: each is held while a body already sent is copied in.
 const MaxBodyReadsPerMerchant = 16
-
-// shares counts what each merchant holds at once (bodies being read,
-// reads in flight), against a per-merchant limit.
-type shares struct {
-	limit int
-	what  string
-	mu    sync.Mutex
-	held  map[string]int
-}
-
-func newShares(limit int, what string) *shares {
-	return &shares{limit: limit, what: what, held: map[string]int{}}
-}
-
-// take takes one of merchant's share, or answers ERATELIMITED when the
-// merchant holds all of it. The release function gives it back.
-func (s *shares) take(merchant string) (release func(), err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.held[merchant] >= s.limit {
-		e := chargeonce.Errorf(chargeonce.ERATELIMITED, "this merchant already has %d %s in flight; retry when one has finished", s.limit, s.what)
-		e.RetryAfter = time.Second
-		return nil, e
-	}
-	s.held[merchant]++
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.held[merchant]--; s.held[merchant] <= 0 {
-			delete(s.held, merchant)
-		}
-	}, nil
-}
 
 // Defaults of Config.MaxReadsPerMerchant and the wait for a share.
 const (
@@ -64,12 +34,14 @@ const (
 	maxReadWaitersPerShare = 16
 )
 
-// readShares gives each merchant a fixed number of reads in flight; reads
-// over it wait their turn, briefly, in their merchant's queue only.
+// readShares gives each merchant a fixed number of what it counts in
+// flight (reads, bodies arriving); more wait their turn, briefly, in their
+// merchant's queue only.
 type readShares struct {
-	per int
-	mu  sync.Mutex
-	m   map[string]*readShare
+	per  int
+	what string
+	mu   sync.Mutex
+	m    map[string]*readShare
 }
 
 type readShare struct {
@@ -77,11 +49,11 @@ type readShare struct {
 	waiting int
 }
 
-func newReadShares(per int) *readShares {
-	return &readShares{per: per, m: map[string]*readShare{}}
+func newReadShares(per int, what string) *readShares {
+	return &readShares{per: per, what: what, m: map[string]*readShare{}}
 }
 
-// take waits up to ReadShareWait for one of merchant's read slots.
+// take waits up to ReadShareWait for one of merchant's slots.
 func (rs *readShares) take(r *http.Request, merchant string) (release func(), err error) {
 	rs.mu.Lock()
 	sh := rs.m[merchant]
@@ -99,7 +71,7 @@ func (rs *readShares) take(r *http.Request, merchant string) (release func(), er
 	rs.mu.Lock()
 	if sh.waiting >= rs.per*maxReadWaitersPerShare {
 		rs.mu.Unlock()
-		return nil, readShareRefusal(rs.per)
+		return nil, rs.refusal()
 	}
 	sh.waiting++
 	rs.mu.Unlock()
@@ -114,14 +86,14 @@ func (rs *readShares) take(r *http.Request, merchant string) (release func(), er
 	case sh.slots <- struct{}{}:
 		return release, nil
 	case <-t.C:
-		return nil, readShareRefusal(rs.per)
+		return nil, rs.refusal()
 	case <-r.Context().Done():
 		return nil, chargeonce.Errorf(chargeonce.EUNAVAILABLE, "the client went away while waiting")
 	}
 }
 
-func readShareRefusal(per int) error {
-	e := chargeonce.Errorf(chargeonce.ERATELIMITED, "this merchant already has %d reads in flight, its share; retry after the time in Retry-After", per)
+func (rs *readShares) refusal() error {
+	e := chargeonce.Errorf(chargeonce.ERATELIMITED, "this merchant already has %d %s in flight, its share; retry after the time in Retry-After", rs.per, rs.what)
 	e.RetryAfter = time.Second
 	return e
 }

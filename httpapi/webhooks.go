@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -224,28 +223,13 @@ func (s *Server) handleListEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := chargeonce.EventsListParams{MerchantID: merchant.ID, Limit: chargeonce.EventsListDefaultLimit}
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	q, limit, err := listQuery(r.URL.RawQuery, eventsParams, "GET /v1/events takes limit, starting_after and charge_id", chargeonce.EventsListMaxLimit)
 	if err != nil {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err))
+		s.writeError(w, r, err)
 		return
 	}
-	for name, vs := range q {
-		if !eventsParams[name] {
-			s.writeError(w, r, chargeonce.FieldError("query", "unknown query parameter; GET /v1/events takes limit, starting_after and charge_id"))
-			return
-		}
-		if len(vs) != 1 || vs[0] == "" || !chargeonce.ValidText(vs[0]) {
-			s.writeError(w, r, chargeonce.FieldError(name, "%s must be given once, not empty", name))
-			return
-		}
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > chargeonce.EventsListMaxLimit {
-			s.writeError(w, r, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", chargeonce.EventsListMaxLimit))
-			return
-		}
-		p.Limit = n
+	if limit > 0 {
+		p.Limit = limit
 	}
 	p.StartingAfter, p.ChargeID = q.Get("starting_after"), q.Get("charge_id")
 	page, err := s.store.WebhookEventsList(r.Context(), p)
@@ -334,28 +318,13 @@ func (s *Server) handleListAttempts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := chargeonce.AttemptsListParams{MerchantID: merchant.ID, EventID: id, Limit: chargeonce.AttemptsListDefaultLimit}
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	q, limit, err := listQuery(r.URL.RawQuery, attemptsParams, "GET /v1/events/{id}/attempts takes limit and starting_after", chargeonce.AttemptsListMaxLimit)
 	if err != nil {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.EINVALID, "the query string is malformed: %v", err))
+		s.writeError(w, r, err)
 		return
 	}
-	for name, vs := range q {
-		if !attemptsParams[name] {
-			s.writeError(w, r, chargeonce.FieldError("query", "unknown query parameter; GET /v1/events/{id}/attempts takes limit and starting_after"))
-			return
-		}
-		if len(vs) != 1 || vs[0] == "" || !chargeonce.ValidText(vs[0]) {
-			s.writeError(w, r, chargeonce.FieldError(name, "%s must be given once, not empty", name))
-			return
-		}
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > chargeonce.AttemptsListMaxLimit {
-			s.writeError(w, r, chargeonce.FieldError("limit", "limit must be an integer from 1 to %d", chargeonce.AttemptsListMaxLimit))
-			return
-		}
-		p.Limit = n
+	if limit > 0 {
+		p.Limit = limit
 	}
 	if v := q.Get("starting_after"); v != "" {
 		n, err := strconv.ParseInt(strings.TrimPrefix(v, attemptIDPrefix), 10, 64)
