@@ -287,6 +287,21 @@ func (s *Server) readMerchantBody(w http.ResponseWriter, r *http.Request, mercha
 	return readBody(w, r)
 }
 
+// decodeMerchantBody reads an authenticated request's body within the
+// merchant's share and decodes it strictly into v; on an error it answers
+// the request and returns false.
+func (s *Server) decodeMerchantBody(w http.ResponseWriter, r *http.Request, merchant string, v any) bool {
+	body, err := s.readMerchantBody(w, r, merchant)
+	if err == nil {
+		err = wire.Decode(body, v)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return false
+	}
+	return true
+}
+
 // readBody reads a request body of at most MaxBodyBytes; a larger one is
 // ETOOLARGE.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {

@@ -11,7 +11,6 @@ import (
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/idempotency"
 	"github.com/chargeonce/chargeonce/webhook"
-	"github.com/chargeonce/chargeonce/wire"
 )
 
 // Limits of the webhook endpoints API.
@@ -105,20 +104,15 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := s.readMerchantBody(w, r, merchant.ID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var in struct {
 		URL           string   `json:"url"`
 		Description   string   `json:"description"`
 		EnabledEvents []string `json:"enabled_events"`
 	}
-	if err := wire.Decode(body, &in); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeMerchantBody(w, r, merchant.ID, &in) {
 		return
 	}
+	var err error
 	switch {
 	case in.URL == "":
 		err = chargeonce.FieldError("url", "url is required")
@@ -386,18 +380,12 @@ func (s *Server) handleUpdateEndpoint(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := s.readMerchantBody(w, r, merchant.ID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var in struct {
 		Disabled      *bool     `json:"disabled"`
 		EnabledEvents *[]string `json:"enabled_events"`
 		Description   *string   `json:"description"`
 	}
-	if err := wire.Decode(body, &in); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeMerchantBody(w, r, merchant.ID, &in) {
 		return
 	}
 	u := chargeonce.WebhookEndpointUpdate{Disabled: in.Disabled, Description: in.Description}
@@ -436,16 +424,10 @@ func (s *Server) handleRecoverEndpoint(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := s.readMerchantBody(w, r, merchant.ID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var in struct {
 		Since string `json:"since"`
 	}
-	if err := wire.Decode(body, &in); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeMerchantBody(w, r, merchant.ID, &in) {
 		return
 	}
 	since, perr := time.Parse(time.RFC3339, in.Since)
