@@ -311,6 +311,10 @@ type LookupRequest struct {
 	// Purpose says which question is asked: whether sending the reference
 	// again is safe (recovery), or what happened (an operator's resolution).
 	Purpose LookupPurpose
+	// ChargeReference is, for a refund's reference, the refunded charge's
+	// reference: adapters that find a refund through its charge (Stripe
+	// lists a PaymentIntent's refunds) need it. Empty for a charge's.
+	ChargeReference string
 }
 
 // LookupPurpose is the question a lookup answers.
@@ -386,7 +390,11 @@ func (r LookupResult) Open() bool { return r.Binding && r.Status == LookupUnsure
 // LookupRequest asks about the record's reference, with what the record
 // knows: its age by the database's clock and the acquirer's id, if any.
 func (r *KeyRecord) LookupRequest(purpose LookupPurpose) LookupRequest {
-	return LookupRequest{Reference: r.Reference(), Age: r.Age, AgeKnown: true, AcquirerID: r.AcquirerID, Purpose: purpose}
+	lr := LookupRequest{Reference: r.Reference(), Age: r.Age, AgeKnown: true, AcquirerID: r.AcquirerID, Purpose: purpose}
+	if r.Refund != nil {
+		lr.ChargeReference = r.Charge.Reference()
+	}
+	return lr
 }
 
 // AcquirerIDError is implemented by an acquirer's error that names the

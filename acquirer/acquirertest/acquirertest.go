@@ -29,6 +29,12 @@ type Harness struct {
 	// after the acquirer forgot them, when a re-send would move money
 	// again. Zero: the acquirer never forgets.
 	KeyTTL time.Duration
+	// Refunds returns how many refunds moved money back for a refund
+	// reference, and Refunded how much the charge reference had refunded
+	// in all (minor units): the refund checks need both of an adapter
+	// that refunds.
+	Refunds  func(refundReference string) int
+	Refunded func(chargeReference string) int64
 }
 
 // Check is one property every adapter must have.

@@ -36,7 +36,14 @@ func simHarness(t *testing.T, overHTTP bool) acquirertest.Harness {
 	sim := acquirer.NewSimulator(acquirer.Options{IdempotencyWindow: keyTTL})
 	t.Cleanup(func() { _ = sim.Close() })
 	h := acquirertest.Harness{Acquirer: sim, OK: acquirer.TokenOK, Declined: acquirer.TokenDeclined, LostAnswer: acquirer.TokenFailAfter,
-		Captures: simCaptures(sim), KeyTTL: keyTTL}
+		Captures: simCaptures(sim), KeyTTL: keyTTL,
+		Refunds: func(ref string) int {
+			if rf, ok := sim.GetRefund(ref); ok && rf.Status == chargeonce.RefundSucceeded {
+				return 1 // the simulator keeps one refund per reference
+			}
+			return 0
+		},
+		Refunded: sim.RefundedCents}
 	if overHTTP {
 		srv := httptest.NewServer(acquirer.Handler(sim))
 		t.Cleanup(srv.Close)
@@ -61,7 +68,8 @@ func stripeHarness(t *testing.T, transport http.RoundTripper) acquirertest.Harne
 		t.Fatal(err)
 	}
 	return acquirertest.Harness{Acquirer: acq, OK: stripetest.PMOK, Declined: stripetest.PMInsufficientFunds, LostAnswer: stripetest.PMFailAfter,
-		Captures: func(ref string) int { return fake.Succeeded()[ref] }, KeyTTL: keyTTL}
+		Captures: func(ref string) int { return fake.Succeeded()[ref] }, KeyTTL: keyTTL,
+		Refunds: fake.RefundsOf, Refunded: fake.RefundedCents}
 }
 
 func TestSimulator(t *testing.T) {
@@ -87,4 +95,9 @@ func TestSimulatorRefunds(t *testing.T) {
 func TestHTTPClientRefunds(t *testing.T) {
 	t.Parallel()
 	acquirertest.RunRefunds(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, true) })
+}
+
+func TestStripeRefunds(t *testing.T) {
+	t.Parallel()
+	acquirertest.RunRefunds(t, func(t *testing.T) acquirertest.Harness { return stripeHarness(t, nil) })
 }

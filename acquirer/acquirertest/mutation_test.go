@@ -74,7 +74,7 @@ func suiteFailures(t *testing.T, newHarness func(t *testing.T) acquirertest.Harn
 		out = map[string][]string{}
 		wg  sync.WaitGroup
 	)
-	for _, c := range acquirertest.Checks() {
+	for _, c := range append(acquirertest.Checks(), acquirertest.RefundChecks()...) {
 		h := newHarness(t)
 		wg.Go(func() {
 			rec := &recorder{TB: t}
@@ -154,6 +154,34 @@ func (a declineAsRejected) Capture(ctx context.Context, req chargeonce.CaptureRe
 	return res, err
 }
 
+// lyingRefundLookup calls every refund reference "safe to send": the
+// adapter that trusts the key window alone after its acquirer forgot it.
+type lyingRefundLookup struct{ chargeonce.Acquirer }
+
+func (a lyingRefundLookup) Refund(ctx context.Context, req chargeonce.RefundCall) (chargeonce.RefundResult, error) {
+	return a.Acquirer.(chargeonce.Refunder).Refund(ctx, req)
+}
+
+func (lyingRefundLookup) RefundLookup(context.Context, chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	return chargeonce.LookupResult{Status: chargeonce.LookupSafeToSend, Reason: "never seen"}, nil
+}
+
+// refundUnknownAsRejected calls a refund's unknown outcome a refusal: the
+// refund would settle failed while the money went back.
+type refundUnknownAsRejected struct{ chargeonce.Acquirer }
+
+func (a refundUnknownAsRejected) Refund(ctx context.Context, req chargeonce.RefundCall) (chargeonce.RefundResult, error) {
+	res, err := a.Acquirer.(chargeonce.Refunder).Refund(ctx, req)
+	if err != nil && !errors.Is(err, chargeonce.ErrCaptureRejected) {
+		return res, fmt.Errorf("%w: %w", chargeonce.ErrCaptureRejected, err)
+	}
+	return res, err
+}
+
+func (a refundUnknownAsRejected) RefundLookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	return a.Acquirer.(chargeonce.Refunder).RefundLookup(ctx, req)
+}
+
 // freshKeys replaces the Idempotency-Key of every request with a new one:
 // the Stripe adapter, unchanged, made not idempotent on the wire.
 type freshKeys struct{}
@@ -210,6 +238,15 @@ func TestSuiteFailsBrokenAdapters(t *testing.T) {
 			h.Acquirer = unknownAsRejected{h.Acquirer}
 			return h
 		}), "LostAnswerIsUnknownAndLookupTellsTheTruth"},
+		{"stripe/refund-lookup-skips-the-list", stripeWith(nil, func(h acquirertest.Harness) acquirertest.Harness {
+			h.Acquirer = lyingRefundLookup{h.Acquirer}
+			return h
+		}), "RefundLookupAfterTheKeyIsForgotten"},
+		{"stripe/refund-with-a-fresh-idempotency-key", stripeWith(freshKeys{}, same), "RefundIdempotentByReference"},
+		{"sim/refund-unknown-outcome-as-rejected", sim(func(h acquirertest.Harness) acquirertest.Harness {
+			h.Acquirer = refundUnknownAsRejected{h.Acquirer}
+			return h
+		}), "RefundLostAnswerIsUnknownAndLookupTellsTheTruth"},
 		{"stripe/decline-as-rejected", stripeWith(nil, func(h acquirertest.Harness) acquirertest.Harness {
 			h.Acquirer = declineAsRejected{h.Acquirer}
 			return h

@@ -106,6 +106,8 @@ func (o Options) Validate() error {
 type Acquirer struct {
 	sc   *stripego.Client
 	opts Options
+	// known remembers the PaymentIntents of recent captures, for refunds.
+	known intents
 }
 
 var _ chargeonce.Acquirer = (*Acquirer)(nil)
@@ -205,6 +207,9 @@ func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (
 	res, settled := result(req.Reference, pi)
 	if !settled {
 		return chargeonce.CaptureResult{}, &OpenError{Reference: req.Reference, ID: pi.ID, Status: pi.Status}
+	}
+	if res.Status == chargeonce.StatusCaptured {
+		a.known.put(req.Reference, pi.ID)
 	}
 	return res, nil
 }

@@ -62,7 +62,10 @@ func startStripeMock(t *testing.T) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "-http-addr", addr)
+	// -http-addr alone leaves stripe-mock's HTTPS listener on its fixed
+	// default port, so a second stripe-mock (a parallel test) could not
+	// bind it and exited under the first request: give it a free port too.
+	cmd := exec.Command(bin, "-http-addr", addr, "-https-addr", "127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting stripe-mock: %v", err)
@@ -110,4 +113,41 @@ func TestWireShapeAgainstStripeMock(t *testing.T) {
 		t.Fatalf("search: stripe-mock refused it: %v", err)
 	}
 	t.Logf("lookup (search): %+v", lr)
+}
+
+// TestRefundWireShapeAgainstStripeMock: the refund requests (create with
+// the Idempotency-Key and metadata, list a PaymentIntent's refunds,
+// retrieve one) are accepted by stripe-mock. Its fixtures carry none of our
+// metadata, so the test drives the requests themselves, not the finding of
+// the PaymentIntent (the fake's tests do that).
+func TestRefundWireShapeAgainstStripeMock(t *testing.T) {
+	t.Parallel()
+	base := startStripeMock(t)
+	retries := int64(0)
+	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: base, MaxNetworkRetries: &retries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	call := chargeonce.RefundCall{Reference: "re_wire", ChargeReference: "ch_wire", Merchant: "demo", AmountCents: 500, Currency: "USD"}
+	res, err := acq.RefundIntent(ctx, "pi_wire", call)
+	if err != nil {
+		t.Fatalf("create refund: stripe-mock refused it: %v", err)
+	}
+	t.Logf("create refund: %+v", res)
+	lr, err := acq.RefundOn(ctx, "pi_wire", "re_wire")
+	if err != nil {
+		t.Fatalf("list refunds: stripe-mock refused it: %v", err)
+	}
+	t.Logf("list refunds: %+v", lr)
+	// stripe-mock's fixture Refund carries no metadata: retrieving it must
+	// be refused as another reference's, never taken as ours.
+	if lr, err := acq.RefundLookup(ctx, chargeonce.LookupRequest{Reference: "re_wire", AcquirerID: "re_123"}); err == nil {
+		t.Fatalf("retrieve refund: a Refund without our reference was taken: %+v", lr)
+	} else {
+		t.Logf("retrieve refund: %v", err)
+	}
+	if _, err := acq.RefundLookup(ctx, chargeonce.LookupRequest{Reference: "re_wire", ChargeReference: "ch_wire", Purpose: chargeonce.LookupToResolve}); err != nil {
+		t.Fatalf("search for the refund's PaymentIntent: stripe-mock refused it: %v", err)
+	}
 }

@@ -26,6 +26,12 @@
 //	                                           Options.Processing after its creation, then succeeded;
 //	                                           the key replays "processing", as Stripe's does
 //
+// A refund follows the payment method of the PaymentIntent it refunds:
+// pm_fail_before, pm_fail_after and pm_drop_after strike the first request
+// of each refund reference (metadata chargeonce_refund_reference) as they
+// strike a create; pm_refund_pending captures, and its Refunds stay pending
+// until Options.Processing after their creation (0: for ever).
+//
 // The faults strike only the first request for a reference (or every
 // request within Options.FaultFor of its first), like a transient outage;
 // later requests behave as pm_card_visa would. While a fault after the
@@ -60,6 +66,7 @@ const (
 	PMSlow                = "pm_slow"
 	PMInvalid             = "pm_invalid"
 	PMProcessing          = "pm_processing"
+	PMRefundPending       = "pm_refund_pending"
 	DeclineInsufficient   = "insufficient_funds"
 	DeclineGenericDecline = "generic_decline"
 )
@@ -135,6 +142,7 @@ type Fake struct {
 
 	mu       sync.Mutex
 	intents  []*PaymentIntent
+	refunds  []*Refund
 	keys     map[string]*savedAnswer
 	inflight map[string]bool
 	seen     map[string]time.Time // first create request per reference (faults strike it)
@@ -166,6 +174,12 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.search(w, r)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
 		f.retrieve(w, strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"))
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		f.createRefund(w, r)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		f.listRefunds(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/refunds/"):
+		f.retrieveRefund(w, strings.TrimPrefix(r.URL.Path, "/v1/refunds/"))
 	default:
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Message: "Unrecognized request URL"})
 	}
