@@ -27,6 +27,8 @@ type raceFlags struct {
 	pool       int
 	svg        string
 	csv        string
+	refunds    int
+	barrier    bool
 }
 
 func (f *raceFlags) register(fs *flag.FlagSet) {
@@ -42,6 +44,26 @@ func (f *raceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.pool, "pool", racedemo.DefaultPoolSize, "PostgreSQL connections per instance")
 	fs.StringVar(&f.svg, "svg", "", "write a timeline of one contended intent per strategy to this SVG `file`")
 	fs.StringVar(&f.csv, "csv", "", "write every attempt's timings (ms from the run's start) to this CSV `file`")
+	fs.IntVar(&f.refunds, "refunds", racedemo.DefaultRefunds, "the refund race: this many concurrent refunds of 60 on a captured 100, naive read-then-insert against insert-first; 0 leaves it out")
+	fs.BoolVar(&f.barrier, "refund-barrier", true, "the naive refund design runs with every refund reading the sum before any inserts (its worst interleaving); false leaves the interleaving to the scheduler")
+}
+
+// refundRuns returns the refund races to make, in order: the naive design
+// first, then chargeonce's.
+func (f *raceFlags) refundRuns() []racedemo.RefundOptions {
+	if f.refunds == 0 {
+		return nil
+	}
+	var runs []racedemo.RefundOptions
+	for _, d := range racedemo.RefundDesigns {
+		runs = append(runs, racedemo.RefundOptions{
+			DB: f.db, Design: d, Refunds: f.refunds,
+			RefundCents: racedemo.DefaultRefundCents, CapturedCents: racedemo.DefaultCapturedCents,
+			Instances: f.instances, PoolSize: f.pool, Latency: f.latency,
+			Barrier: f.barrier && d == racedemo.ReadThenInsert,
+		})
+	}
+	return runs
 }
 
 // plan validates the flags and returns the runs to make, in order.
@@ -55,6 +77,8 @@ func (f *raceFlags) plan() ([]racedemo.Options, error) {
 		return nil, fmt.Errorf("--instances must be at least 1; got %d", f.instances)
 	case f.pool < 1:
 		return nil, fmt.Errorf("--pool must be at least 1; got %d", f.pool)
+	case f.refunds < 0 || f.refunds > maxRaceAttempts:
+		return nil, fmt.Errorf("--refunds must be between 0 and %d; got %d", maxRaceAttempts, f.refunds)
 	case f.intents*f.attempts > maxRaceAttempts:
 		return nil, fmt.Errorf("--intents x --attempts must be at most %d; got %d", maxRaceAttempts, f.intents*f.attempts)
 	case f.latency < 0:
@@ -167,6 +191,37 @@ func runRace(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if r.Strategy == racedemo.CheckThenAct && r.DoubleCharges() > 0 {
 			fmt.Fprintf(stdout, "\nThe doubles are in the database too:\n  SELECT order_id, count(*) FROM race_naive_charges WHERE merchant_id = '%s' GROUP BY order_id HAVING count(*) > 1;\n", r.Merchant)
 			break
+		}
+	}
+
+	if refundRuns := f.refundRuns(); len(refundRuns) > 0 {
+		var rr []*racedemo.RefundResult
+		for _, o := range refundRuns {
+			fmt.Fprintf(stderr, "running the refund race through %s ...\n", o.Label())
+			r, err := racedemo.RunRefunds(ctx, o)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return err
+				}
+				return fmt.Errorf("refund race, %s: %w", o.Label(), err)
+			}
+			fmt.Fprintf(stderr, "  %d refunds answered in %s\n", r.Refunds, racedemo.FormatDuration(r.Elapsed))
+			rr = append(rr, r)
+		}
+		fmt.Fprintf(stdout, "\nRefund race: %d concurrent refunds of %d on one charge that captured %d, over %d instances, acquirer latency %s\n",
+			f.refunds, racedemo.DefaultRefundCents, racedemo.DefaultCapturedCents, f.instances, f.latency)
+		fmt.Fprintln(stdout, "(the acquirer pays out every refund it is sent: only the database keeps refunds within the capture)")
+		fmt.Fprintln(stdout)
+		if err := racedemo.WriteRefundTable(stdout, rr); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		fmt.Fprintln(stdout, "What the refund races show:")
+		racedemo.WriteRefundFindings(stdout, rr)
+		for _, r := range rr {
+			if r.Design == racedemo.ReadThenInsert && r.OverRefundedCents() > 0 {
+				fmt.Fprintf(stdout, "\nThe over-refund is in the database too:\n  SELECT charge_id, sum(amount_cents) FROM race_naive_refunds WHERE merchant_id = '%s' GROUP BY charge_id;\n", r.Merchant)
+			}
 		}
 	}
 

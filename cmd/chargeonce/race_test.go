@@ -22,7 +22,48 @@ func raceArgs(db, dir string) []string {
 	return []string{"race", "--db", db,
 		"--intents", "3", "--attempts", "2", "--instances", "2", "--pool", "2",
 		"--latency", "100ms", "--pause", "150ms", "--spread", "0", "--stagger", "0",
-		"--svg", filepath.Join(dir, "race.svg"), "--csv", filepath.Join(dir, "race.csv")}
+		"--svg", filepath.Join(dir, "race.svg"), "--csv", filepath.Join(dir, "race.csv"), "--refunds", "0"}
+}
+
+// `chargeonce race` races refunds too: with the naive design's worst
+// interleaving forced, every one of 20 refunds of 60 on a captured 100 is
+// paid; through insert-first exactly one is, and 19 are refused.
+func TestRaceCommandRefundRace(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, err := runMain(t, "race", "--db", pgtest.URL(t), "--strategy", "insert-first", "--pause", "0",
+		"--intents", "1", "--attempts", "2", "--instances", "2", "--pool", "2", "--latency", "50ms",
+		"--refunds", "20")
+	if err != nil {
+		t.Fatalf("race: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	t.Logf("output:\n%s", stdout)
+	_, refunds, ok := strings.Cut(stdout, "Refund race:")
+	if !ok {
+		t.Fatalf("no refund race in:\n%s", stdout)
+	}
+	table, findings, _ := strings.Cut(refunds, "What the refund races show")
+	rows := map[string][]string{}
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 2 && f[0] == "read-then-insert" && f[1] == "(barrier)":
+			rows["naive"] = f[2:]
+		case len(f) > 1 && f[0] == "insert-first":
+			rows["ours"] = f[1:]
+		}
+	}
+	// Columns after the label: refunds succeeded refused paid-out captured over-refunded errors.
+	for name, want := range map[string][]string{
+		"naive": {"20", "20", "0", "1200", "100", "1100", "0"},
+		"ours":  {"20", "1", "19", "60", "100", "0", "0"},
+	} {
+		if got := rows[name]; len(got) < len(want) || strings.Join(got[:len(want)], " ") != strings.Join(want, " ") {
+			t.Errorf("%s row %v; want %v", name, got, want)
+		}
+	}
+	if !strings.Contains(findings, "1100 paid back beyond what was captured") || !strings.Contains(findings, "exactly 1 refund of 60 was paid") {
+		t.Errorf("the findings do not say it:\n%s", findings)
+	}
 }
 
 func runMain(t *testing.T, args ...string) (stdout, stderr string, err error) {
