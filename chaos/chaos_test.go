@@ -75,6 +75,9 @@ func wantClean(t *testing.T, r *report) {
 		}
 		t.Errorf("%d anomalies (seed %d; history and visualisations in %s):%s", len(r.anomalies), r.seed, r.dir, b.String())
 	}
+	if len(r.refundAnomalies) > 0 {
+		t.Errorf("%d refund anomalies (seed %d; history in %s):\n  %s", len(r.refundAnomalies), r.seed, r.dir, strings.Join(r.refundAnomalies, "\n  "))
+	}
 }
 
 // config is one run.
@@ -96,6 +99,10 @@ type report struct {
 	ops       map[string]int // by via/outcome
 	faults    map[string]int
 	anomalies []anomaly
+	// refunds counts the refund calls by outcome; refundAnomalies are
+	// what checkRefunds found.
+	refunds         map[string]int
+	refundAnomalies []string
 	// With ha: the HA faults, and the write-unavailability each caused
 	// (ha_test.go); when each HTTP 500 was answered.
 	ha   []haWindow
@@ -176,6 +183,7 @@ func runChaos(t *testing.T, cfg config) *report {
 		})
 	}
 	final.Wait()
+	w.settleRefunds()
 
 	// The acquirer's ledger, read after everything else.
 	acq := acquirer.NewClient("http://"+c.acq.Addr(), &http.Client{Timeout: 10 * time.Second})
@@ -197,7 +205,17 @@ func runChaos(t *testing.T, cfg config) *report {
 		h.add(record{Intent: in.ID, Client: 5000, In: input{Kind: opLedger, Via: "acquirer"}, Out: o, Call: call, Ret: h.now()})
 	}
 
-	r := &report{seed: cfg.seed, intents: len(w.all()), ops: map[string]int{}, faults: nem.counts()}
+	refundEntries, err := refundLedger(t.Context(), acq, h.start)
+	if err != nil {
+		t.Fatalf("reading the acquirer's ledger of refunds: %v", err)
+	}
+
+	r := &report{seed: cfg.seed, intents: len(w.all()), ops: map[string]int{}, faults: nem.counts(), refunds: map[string]int{}}
+	works, refundRecs := w.refunds.snapshot()
+	for _, rec := range refundRecs {
+		r.refunds[rec.Out.Kind]++
+	}
+	r.refundAnomalies = checkRefunds(works, refundRecs, refundEntries)
 	recs := h.records()
 	for _, rec := range recs {
 		if rec.In.Kind == opCharge {
@@ -210,7 +228,7 @@ func runChaos(t *testing.T, cfg config) *report {
 		r.five = w.fiveHundreds()
 	}
 	r.anomalies = check(w.all(), recs, nem.faults, r.dir)
-	writeHistory(t, r, w.all(), recs, nem.faults)
+	writeHistory(t, r, w.all(), recs, nem.faults, refundRecs)
 	for _, e := range nem.errs {
 		t.Logf("nemesis: %s", e)
 	}
@@ -229,8 +247,15 @@ func runChaos(t *testing.T, cfg config) *report {
 		fs = append(fs, fmt.Sprintf("%s %d", k, v))
 	}
 	sort.Strings(fs)
-	t.Logf("chaos seed %d: %s of load, %d intents, %d charge operations (%s); %d faults (%s); %d anomalies; history in %s",
-		cfg.seed, time.Duration(end).Round(time.Second), r.intents, total, strings.Join(parts, ", "), nf, strings.Join(fs, ", "), len(r.anomalies), r.dir)
+	var rp []string
+	for k, v := range r.refunds {
+		rp = append(rp, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(rp)
+	t.Logf("chaos seed %d: %s of load, %d intents, %d charge operations (%s); %d refunds of %d charges (%s), %d in the ledger; %d faults (%s); %d anomalies, %d refund anomalies; history in %s",
+		cfg.seed, time.Duration(end).Round(time.Second), r.intents, total, strings.Join(parts, ", "),
+		len(refundRecs), len(works), strings.Join(rp, ", "), len(refundEntries),
+		nf, strings.Join(fs, ", "), len(r.anomalies), len(r.refundAnomalies), r.dir)
 	if nf == 0 || total == 0 {
 		t.Errorf("a run with %d faults and %d operations proves nothing", nf, total)
 	}
@@ -258,7 +283,7 @@ func outputDir(t *testing.T, seed uint64) string {
 // writeHistory writes the seed, the summary and the whole history into the
 // run's directory; the directory is removed again when the run was clean
 // and CHAOS_OUT is unset.
-func writeHistory(t *testing.T, r *report, intents []*intent, recs []record, faults []fault) {
+func writeHistory(t *testing.T, r *report, intents []*intent, recs []record, faults []fault, refunds []refundRecord) {
 	t.Helper()
 	write := func(name string, v any) {
 		b, err := json.MarshalIndent(v, "", " ")
@@ -270,12 +295,14 @@ func writeHistory(t *testing.T, r *report, intents []*intent, recs []record, fau
 		}
 	}
 	write("seed.json", map[string]any{"seed": r.seed, "replay": fmt.Sprintf("CHAOS_SEED=%d make chaos", r.seed),
-		"intents": r.intents, "operations": r.ops, "faults": r.faults, "anomalies": len(r.anomalies)})
+		"intents": r.intents, "operations": r.ops, "faults": r.faults, "anomalies": len(r.anomalies),
+		"refunds": r.refunds, "refund_anomalies": r.refundAnomalies})
 	write("intents.json", intents)
 	write("history.json", recs)
 	write("faults.json", faults)
+	write("refunds.json", refunds)
 	t.Cleanup(func() {
-		if !t.Failed() && len(r.anomalies) == 0 && os.Getenv("CHAOS_OUT") == "" {
+		if !t.Failed() && len(r.anomalies) == 0 && len(r.refundAnomalies) == 0 && os.Getenv("CHAOS_OUT") == "" {
 			os.RemoveAll(r.dir)
 		}
 	})

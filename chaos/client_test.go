@@ -68,6 +68,8 @@ type workload struct {
 	byKey   map[string]int
 	five    []time.Time // when an HTTP 500 was answered
 
+	refunds refundLog
+
 	hc      *http.Client
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -139,7 +141,11 @@ func (w *workload) client(ctx context.Context, id int) {
 					w.httpCall(id+1000, in, 1)
 				})
 			}
-			w.httpCall(id, in, 1)
+			if cid := chargeIDOf(w.httpCall(id, in, 1)); cid != "" && rng.IntN(100) < refundShare {
+				// Refunds run beside the client's next intents.
+				rrng := rand.New(rand.NewPCG(w.seed, uint64(in.ID)+1<<32)) //nolint:gosec // G404: a seeded workload
+				wg.Go(func() { w.refund(id, in, cid, rrng) })
+			}
 			if rng.IntN(100) < 12 {
 				w.httpCall(id, in, 2) // the key reused for another request: 422
 			}
@@ -158,8 +164,9 @@ func (w *workload) client(ctx context.Context, id int) {
 	}
 }
 
-// httpCall runs one charge call over HTTP and records it.
-func (w *workload) httpCall(client int, in *intent, variant int8) {
+// httpCall runs one charge call over HTTP, records it and returns its
+// outcome.
+func (w *workload) httpCall(client int, in *intent, variant int8) output {
 	body := in.Body
 	if variant == 2 {
 		body = in.Alt
@@ -202,12 +209,18 @@ func (w *workload) httpCall(client int, in *intent, variant int8) {
 	}
 	rec.Ret = w.h.now()
 	w.h.add(rec)
+	return rec.Out
 }
 
 func (w *workload) post(base, key string, body []byte) (int, http.Header, []byte, error) {
+	return w.postTo(base, "/v1/charges", key, body)
+}
+
+// postTo makes one POST attempt to path with the idempotency key.
+func (w *workload) postTo(base, path, key string, body []byte) (int, http.Header, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/charges", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, nil, err
 	}

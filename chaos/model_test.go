@@ -1,9 +1,13 @@
 package chaos
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/chargeonce/chargeonce"
 )
 
 // TestModel checks the checker's model on small histories: what the
@@ -53,6 +57,51 @@ func TestModel(t *testing.T) {
 	} {
 		if got := porcupine.CheckOperations(model.ToModel(), tc.ops); got != tc.ok {
 			t.Errorf("%s: linearizable = %v, want %v", tc.name, got, tc.ok)
+		}
+	}
+}
+
+// TestRefundChecker checks checkRefunds on small histories: what the
+// contract allows passes, and each kind of refund anomaly is reported.
+func TestRefundChecker(t *testing.T) {
+	t.Parallel()
+	work := &refundWork{Intent: 1, ChargeID: "ch_1", Captured: 2500, Keys: []refundKey{{"k1", 1000}, {"k2", 1200}, {"k3", 700}}}
+	body := func(id string, cents int64, status string) string {
+		return fmt.Sprintf(`{"id":%q,"charge_id":"ch_1","amount_cents":%d,"currency":"BRL","status":%q}`, id, cents, status)
+	}
+	ok := func(key, id string, cents int64) refundRecord {
+		return refundRecord{ChargeID: "ch_1", Key: key, Amount: cents, Out: output{Kind: outFinal, Status: 201, Body: body(id, cents, "succeeded")}}
+	}
+	refused := refundRecord{ChargeID: "ch_1", Key: "k3", Amount: 700, Out: output{Kind: outRefused, Status: 400}}
+	entry := func(ref string, cents int64, status string) chargeonce.LedgerEntry {
+		return chargeonce.LedgerEntry{Kind: chargeonce.LedgerRefund, Reference: ref, ChargeReference: "ch_1", AmountCents: cents, Status: status}
+	}
+	good := []refundRecord{ok("k1", "re_1", 1000), ok("k1", "re_1", 1000), ok("k2", "re_2", 1200), refused}
+	goodLedger := []chargeonce.LedgerEntry{entry("re_1", 1000, "succeeded"), entry("re_2", 1200, "succeeded")}
+	for _, tc := range []struct {
+		name   string
+		recs   []refundRecord
+		ledger []chargeonce.LedgerEntry
+		want   string // "" for none
+	}{
+		{"two refunds and a refusal", good, goodLedger, ""},
+		{"an unknown call whose refund settled", []refundRecord{ok("k1", "re_1", 1000), {ChargeID: "ch_1", Key: "k2", Out: output{Kind: outUnknown}}},
+			goodLedger, ""},
+		{"a key answered two refunds", append(good[:2:2], ok("k1", "re_9", 1000)), goodLedger, "two different refunds"},
+		{"acknowledged past the capture", []refundRecord{ok("k1", "re_1", 1000), ok("k2", "re_2", 1200), ok("k3", "re_3", 700)},
+			append(goodLedger, entry("re_3", 700, "succeeded")), "acknowledged 2900 refunded"},
+		{"a refund in the ledger twice", good, append(goodLedger, entry("re_1", 1000, "succeeded")), "reached the acquirer's ledger 2 times"},
+		{"an acknowledged refund missing from the ledger", good, goodLedger[:1], "was acknowledged succeeded"},
+		{"a refund nobody was answered with", good, append(goodLedger, entry("re_x", 100, "succeeded")), "which no key was answered with"},
+		{"an answer a valid refund never gets", append(good[:3:3], refundRecord{ChargeID: "ch_1", Key: "k3", Out: output{Kind: outOther, Status: 500}}),
+			goodLedger, "never gets"},
+	} {
+		got := checkRefunds([]*refundWork{work}, tc.recs, tc.ledger)
+		switch {
+		case tc.want == "" && len(got) > 0:
+			t.Errorf("%s: anomalies %q; want none", tc.name, got)
+		case tc.want != "" && !strings.Contains(strings.Join(got, "\n"), tc.want):
+			t.Errorf("%s: anomalies %q; want one saying %q", tc.name, got, tc.want)
 		}
 	}
 }
