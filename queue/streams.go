@@ -55,6 +55,12 @@ const (
 	// results that answer one message rather than the intent (400, 422) and
 	// on dead-letter copies.
 	HeaderRequestSeq = "Chargeonce-Request-Seq"
+	// HeaderRefundOf makes a request a refund of the charge it names (a
+	// ch_… id): its body is a refund request ({"amount_cents"?, "reason"?,
+	// "metadata"?}, empty for what remains), run by the engine's Refund
+	// under the message's Idempotency-Key, and its result is published as
+	// a charge's is.
+	HeaderRefundOf = "Chargeonce-Refund-Of"
 )
 
 // DeadMaxBody bounds the body of a dead-letter copy: a request's body

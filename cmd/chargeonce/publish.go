@@ -24,23 +24,36 @@ const DefaultMerchant = "demo"
 type publishConfig struct {
 	intentFlags
 	natsURL, merchant string
+	// refundOf, when set, makes the request a refund of that charge.
+	refundOf, reason string
 }
 
 // runPublish sends one charge request to charges.request.<merchant> and
 // waits for its result on charges.result.<merchant>, printing its status,
 // headers and body. Exit status: 0 captured (201), 2 declined (402), 1
 // anything else, including no result within --timeout (send again with the
-// same --key to learn the outcome: the worker republishes it).
+// same --key to learn the outcome: the worker republishes it). With
+// --refund-of it sends a refund of that charge instead (header
+// Chargeonce-Refund-Of): exit status 0 for a 201, 1 otherwise.
 func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c publishConfig
 	fs := newFlagSet("publish", stderr)
 	fs.StringVar(&c.natsURL, "nats", DefaultNATS, "NATS server URL(s), comma-separated")
 	fs.StringVar(&c.merchant, "merchant", DefaultMerchant, "merchant (the subject's last token)")
 	c.register(fs, "idempotency key of this payment intent (default: a new random one, printed on stderr)", "how long to wait for the result")
+	fs.StringVar(&c.refundOf, "refund-of", "", "send a refund of this charge (its ch_… id) instead of a charge: --amount is then what to refund (0 or left out: what remains), --order is not used")
+	fs.StringVar(&c.reason, "reason", "", "with --refund-of: why, at most 500 characters")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := c.check(); err != nil {
+	if c.refundOf != "" {
+		if c.amount < 0 {
+			return fmt.Errorf("--amount must not be negative; got %d", c.amount)
+		}
+		if c.timeout <= 0 {
+			return fmt.Errorf("--timeout must be positive; got %s", c.timeout)
+		}
+	} else if err := c.check(); err != nil {
 		return err
 	}
 	if c.merchant == "" {
@@ -53,7 +66,11 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		c.key = client.NewIdempotencyKey()
 		fmt.Fprintf(stderr, "idempotency key: %s\n", c.key)
 	}
-	body, err := json.Marshal(chargeonce.ChargeRequest{OrderID: c.order, AmountCents: c.amount, Currency: c.currency, PaymentToken: c.token, Description: c.descr})
+	var request any = chargeonce.ChargeRequest{OrderID: c.order, AmountCents: c.amount, Currency: c.currency, PaymentToken: c.token, Description: c.descr}
+	if c.refundOf != "" {
+		request = chargeonce.RefundRequest{AmountCents: c.amount, Reason: c.reason}
+	}
+	body, err := json.Marshal(request)
 	if err != nil {
 		return err
 	}
@@ -93,6 +110,9 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	m := nats.NewMsg(queue.RequestSubject(c.merchant))
 	m.Header.Set(queue.HeaderIdempotencyKey, c.key)
 	m.Header.Set(queue.HeaderContentType, "application/json")
+	if c.refundOf != "" {
+		m.Header.Set(queue.HeaderRefundOf, c.refundOf)
+	}
 	// Scoped by merchant: JetStream dedupes ids across the whole stream.
 	m.Header.Set(jetstream.MsgIDHeader, queue.RequestMsgID(c.merchant, c.key, client.NewIdempotencyKey()))
 	m.Data = body
@@ -133,6 +153,9 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			case "201":
 				return nil
 			case "402":
+				if c.refundOf != "" {
+					return exitCodeError(1)
+				}
 				return exitCodeError(2)
 			default:
 				return exitCodeError(1)

@@ -73,6 +73,19 @@ func TestWorkerAndPublish(t *testing.T) {
 			t.Fatalf("publish's Nats-Msg-Id %q, want demo:order-123:<send>", id)
 		}
 	}
+	// A refund of the charge over the queue, and one past what remains.
+	chargeID := regexp.MustCompile(`"id":"(ch_[^"]+)"`).FindStringSubmatch(out)
+	if chargeID == nil {
+		t.Fatalf("no charge id in %s", out)
+	}
+	refund, err := run("--refund-of", chargeID[1], "--amount", "10000", "--reason", "requested_by_customer", "--key", "refund-1")
+	if err != nil || !strings.HasPrefix(refund, "Status: 201\nIdempotency-Key: refund-1\n\n{\"id\":\"re_") || !strings.Contains(refund, `"status":"succeeded"`) {
+		t.Fatalf("publish --refund-of: %v\n%s", err, refund)
+	}
+	refund, err = run("--refund-of", chargeID[1], "--amount", "20000", "--key", "refund-2")
+	if ec := exitCodeError(0); !errors.As(err, &ec) || ec != 1 || !strings.HasPrefix(refund, "Status: 400") || !strings.Contains(refund, "remaining amount_cents is 15000") {
+		t.Fatalf("a refund past what remains: %v\n%s", err, refund)
+	}
 	out, err = run("--order", "124", "--amount", "100", "--token", "tok_declined")
 	if ec := exitCodeError(0); !errors.As(err, &ec) || ec != 2 || !strings.HasPrefix(out, "Status: 402") {
 		t.Fatalf("declined: %v\n%s", err, out)
@@ -90,7 +103,8 @@ func TestWorkerAndPublish(t *testing.T) {
 	// The worker counts a message once it has acked or terminated it, which
 	// can come a moment after publish has printed its result.
 	wants := []string{
-		`chargeonce_queue_messages_total{outcome="answered"} 2`,
+		`chargeonce_queue_messages_total{outcome="answered"} 3`,
+		`chargeonce_queue_messages_total{outcome="refused"} 1`,
 		`chargeonce_queue_messages_total{outcome="replayed"} 1`,
 		`chargeonce_queue_messages_total{outcome="poison"} 1`,
 		`chargeonce_queue_dead_letters_total{reason="validation-failed"} 1`,
