@@ -125,6 +125,10 @@ type Config struct {
 	// merchant has a webhook endpoint on loopback, so every settlement
 	// writes its event and the instance delivers it (--webhooks).
 	Webhooks bool
+	// Refunds adds the refunds comparison (--refunds): refunds of captured
+	// charges, new and replayed, beside new charges and the minimal
+	// design's, at the ratio concurrency.
+	Refunds bool
 	// Runs is how many times the whole benchmark runs back to back (--runs);
 	// with more than one, a summary of the minimum of each ratio over the
 	// runs follows the last run's report, since a target is met only when
@@ -278,6 +282,11 @@ func runOnce(ctx context.Context, cfg Config) (_ *bench, err error) {
 		return nil, err
 	}
 	b.stopChildren()
+	if cfg.Refunds {
+		if err := b.measureRefunds(ctx); err != nil {
+			return nil, fmt.Errorf("--refunds: %w", err)
+		}
+	}
 	if !b.postgres && slices.Contains(cfg.Workloads, WorkloadNew) {
 		if err := b.measureSync(ctx); err != nil {
 			return nil, err
@@ -320,6 +329,7 @@ type bench struct {
 	rss       []rssRow
 	preloaded *preloadResult
 	sync      *syncResult // SQLite: synchronous=FULL against NORMAL
+	refunds   *refundResults
 	checks    []string
 
 	loadStart, loadEnd string

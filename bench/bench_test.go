@@ -391,3 +391,35 @@ func TestRunsReportTheMinimum(t *testing.T) {
 		t.Errorf("the report lacks the runs' headings or summary table\n%s", out.String())
 	}
 }
+
+// TestRunRefunds: --refunds measures refunds of captured charges, new and
+// replayed, beside new charges and the minimal design's, every request
+// answered as it should be (a new refund 201 unflagged, a replay flagged).
+func TestRunRefunds(t *testing.T) {
+	t.Parallel()
+	var out, log apitest.Buffer
+	cfg := tiny(pgtest.AdminURL(t), &out, &log)
+	cfg.Concurrency, cfg.Workloads, cfg.Preload, cfg.Refunds = []int{4}, []string{bench.WorkloadNew, bench.WorkloadReplay}, 0, true
+	if err := bench.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
+	}
+	report := out.String()
+	_, table, ok := strings.Cut(report, "refunds at 4 clients")
+	if !ok {
+		t.Fatalf("no refunds comparison in the report\n%s", report)
+	}
+	row := regexp.MustCompile(`(?m)^\s*(new|replay)\s+(charge|refund|minimal)\s+(\d+)\s+\S+\s+\S+\s+(\d+)\b`)
+	seen := map[string]bool{}
+	for _, r := range row.FindAllStringSubmatch(table, -1) {
+		seen[r[1]+"/"+r[2]] = true
+		if rps, _ := strconv.Atoi(r[3]); rps <= 0 || r[4] != "0" {
+			t.Errorf("refunds row %q: want throughput and no errors\n%s", r[0], log.String())
+		}
+	}
+	for _, want := range []string{"new/charge", "new/refund", "new/minimal", "replay/charge", "replay/refund"} {
+		if !seen[want] {
+			t.Errorf("no %s row in the refunds comparison\n%s", want, table)
+		}
+	}
+	t.Logf("%s", table)
+}

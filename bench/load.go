@@ -85,6 +85,11 @@ func newHTTPClient(addr, secret string) *httpClient {
 }
 
 func (c *httpClient) charge(ctx context.Context, key string, body []byte, _ *chargeRequest) (int, bool, error) {
+	return c.post(ctx, "/v1/charges", key, body)
+}
+
+// post sends one POST to path with the key and body, and reads the answer.
+func (c *httpClient) post(ctx context.Context, path, key string, body []byte) (int, bool, error) {
 	if c.conn == nil {
 		d := net.Dialer{Timeout: 5 * time.Second}
 		conn, err := d.DialContext(ctx, "tcp", c.addr)
@@ -94,7 +99,9 @@ func (c *httpClient) charge(ctx context.Context, key string, body []byte, _ *cha
 		c.conn, c.br = conn, bufio.NewReaderSize(conn, 4096)
 	}
 	b := c.buf[:0]
-	b = append(b, "POST /v1/charges HTTP/1.1\r\nHost: "...)
+	b = append(b, "POST "...)
+	b = append(b, path...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, c.addr...)
 	b = append(b, "\r\nAuthorization: "...)
 	b = append(b, c.auth...)

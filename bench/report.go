@@ -120,6 +120,7 @@ func (b *bench) report() {
 			p.empty.rps(), fmtDur(p.empty.percentile(99)), fmtRatio(p.ratio()))
 	}
 	b.reportSync(w)
+	b.reportRefunds(w)
 	if len(b.checks) > 0 {
 		fmt.Fprintln(w)
 		for _, c := range b.checks {

@@ -43,6 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&concurrency, "concurrency", bench.DefaultConcurrency, "closed-loop client counts, comma-separated")
 	fs.StringVar(&workloads, "workloads", bench.DefaultWorkloads, "workloads to run, comma-separated: new, replay, contended")
 	fs.BoolVar(&cfg.Webhooks, "webhooks", false, "add the way chargeonce+webhooks: a merchant with a webhook endpoint on loopback, every settlement writing and delivering its event, to report what webhooks cost")
+	fs.BoolVar(&cfg.Refunds, "refunds", false, "add the refunds comparison: POST /v1/charges/{id}/refunds, new and replayed, beside new charges and the minimal design's, at the ratio concurrency")
 	fs.IntVar(&cfg.Group, "group", bench.DefaultGroup, "clients sending the same key at once in the contended workload")
 	fs.IntVar(&cfg.ReplayKeys, "replay-keys", bench.DefaultReplayKeys, "completed keys the replay workload cycles through")
 	fs.IntVar(&cfg.Preload, "preload", bench.DefaultPreload, "keys put in the table before new is measured against an empty table; 0 skips that comparison")
