@@ -159,20 +159,28 @@ func postgresCPU(postmaster int) time.Duration {
 		return 0
 	}
 	total := processCPU(postmaster, true)
+	for _, pid := range children(postmaster) {
+		total += processCPU(pid, false)
+	}
+	return total
+}
+
+// children returns the pids of process parent's living children.
+func children(parent int) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
+	want := strconv.Itoa(parent)
+	var pids []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		f := statFields(pid)
-		if len(f) < 2 || string(f[1]) != strconv.Itoa(postmaster) {
-			continue
+		if f := statFields(pid); len(f) >= 2 && string(f[1]) == want {
+			pids = append(pids, pid)
 		}
-		total += processCPU(pid, false)
 	}
-	return total
+	return pids
 }
