@@ -33,6 +33,9 @@ type parentStore struct {
 	store chargeonce.Store
 	core  core
 	sim   *acquirer.Simulator
+	// postmaster is the pid of the PostgreSQL server the run writes to,
+	// when it runs on this machine (0 otherwise).
+	postmaster int
 }
 
 func (p *parentStore) close() {
@@ -205,7 +208,7 @@ func (b *bench) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--db: %w", err)
 	}
-	b.parent = &parentStore{store: store, core: c, sim: sim}
+	b.parent = &parentStore{store: store, core: c, sim: sim, postmaster: findPostmaster(ctx, store)}
 	b.ways = []*way{
 		{name: wayChargeonce, server: co, checksFlag: true, newClient: func() client { return newHTTPClient(co.addr, b.secret) }},
 		{name: wayBare, server: bare, newClient: func() client { return newHTTPClient(bare.addr, b.secret) }},

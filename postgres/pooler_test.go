@@ -86,21 +86,37 @@ func TestMigrateThroughPgBouncerNeedsDirectURL(t *testing.T) {
 func TestOpenChoosesExecModeByPooler(t *testing.T) {
 	t.Parallel()
 	direct := pgtest.URL(t)
+	pooler := pgtest.PgBouncer(t, direct)
+	withMode := func(u, mode string) string {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + "default_query_exec_mode=" + mode
+	}
 	for _, tc := range []struct {
-		name, url string
-		want      pgx.QueryExecMode
+		name, url  string
+		want       pgx.QueryExecMode
+		wantPooled bool
 	}{
-		{"direct", direct, pgx.QueryExecModeCacheStatement},
-		{"through PgBouncer", pgtest.PgBouncer(t, direct), pgx.QueryExecModeExec},
+		{"direct", direct, pgx.QueryExecModeCacheStatement, false},
+		{"through PgBouncer", pooler, pgx.QueryExecModeExec, true},
+		// A URL's mode wins, and the store still knows where it runs
+		// (bench --pooler refuses a URL that reaches PostgreSQL directly).
+		{"through PgBouncer, the URL's mode", withMode(pooler, "cache_describe"), pgx.QueryExecModeCacheDescribe, true},
+		{"direct, the URL's mode", withMode(direct, "exec"), pgx.QueryExecModeExec, false},
 	} {
 		s, err := postgres.Open(t.Context(), tc.url)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		got := s.Pool().Config().ConnConfig.DefaultQueryExecMode
+		got, pooled := s.Pool().Config().ConnConfig.DefaultQueryExecMode, s.Pooled()
 		s.Close()
 		if got != tc.want {
 			t.Errorf("%s: exec mode %v; want %v", tc.name, got, tc.want)
+		}
+		if pooled != tc.wantPooled {
+			t.Errorf("%s: Pooled() = %v; want %v", tc.name, pooled, tc.wantPooled)
 		}
 	}
 }

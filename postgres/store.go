@@ -120,31 +120,32 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 	// parameters and hands each transaction to whichever server connection
 	// is free (docs/pooler.md). How statements are sent depends on which it
 	// is; a URL's default_query_exec_mode wins.
-	var pooled bool
-	if !strings.Contains(connString, "default_query_exec_mode") {
-		pooled, err = behindPooler(ctx, cfg.ConnConfig)
-		if err != nil {
-			return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
-		}
-		if pooled {
-			// Behind a pooler no statement may be prepared under a name
-			// (another client's transaction may get the server connection
-			// next): QueryExecModeExec sends each statement unnamed, with
-			// its parameters, in one round trip.
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-		} else {
-			// On a connection of its own the store keeps pgx's named
-			// prepared statements, parsed once per connection: new charges
-			// run 1.2-1.4 times faster than with unnamed ones, which a
-			// custom plan on every run (plan_cache_mode) costs too
-			// (docs/pooler.md). A generic plan cached while the tables
-			// were small (a new deployment) is kept until the next ANALYZE;
-			// with sequential scans off it at least walks an index. A
-			// session setting is safe here: the session is the store's.
-			cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-				_, err := c.Exec(ctx, "SET enable_seqscan = off")
-				return err
-			}
+	pooled, err := behindPooler(ctx, cfg.ConnConfig)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
+	}
+	switch {
+	case strings.Contains(connString, "default_query_exec_mode"):
+		// The URL's mode is kept, and the store still knows whether it
+		// runs behind a pooler (Pooled).
+	case pooled:
+		// Behind a pooler no statement may be prepared under a name
+		// (another client's transaction may get the server connection
+		// next): QueryExecModeExec sends each statement unnamed, with
+		// its parameters, in one round trip.
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	default:
+		// On a connection of its own the store keeps pgx's named
+		// prepared statements, parsed once per connection: new charges
+		// run 1.2-1.4 times faster than with unnamed ones, which a
+		// custom plan on every run (plan_cache_mode) costs too
+		// (docs/pooler.md). A generic plan cached while the tables
+		// were small (a new deployment) is kept until the next ANALYZE;
+		// with sequential scans off it at least walks an index. A
+		// session setting is safe here: the session is the store's.
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, "SET enable_seqscan = off")
+			return err
 		}
 	}
 	if cfg.MinConns > cfg.MaxConns {
