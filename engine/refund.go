@@ -32,6 +32,15 @@ func (e *Engine) Refund(ctx context.Context, merchantID, chargeID, key string, r
 	if _, ok := e.acquirer.(chargeonce.Refunder); !ok {
 		return Response{}, chargeonce.Errorf(chargeonce.EUNAVAILABLE, "this service's acquirer cannot refund; nothing was kept for this Idempotency-Key")
 	}
+	fp := idempotency.RefundFingerprint(chargeID, req)
+	if e.cache != nil {
+		// A completed record in memory is answered at once, rate or not,
+		// as a charge's replay is (Charge).
+		if rec, ok := e.cache.KeyCached(merchantID, key); ok {
+			resp, _, err := e.answerExisting(ctx, rec, fp, "cached: ")
+			return resp, err
+		}
+	}
 	if ok, wait := e.rates.allow(merchantID); !ok {
 		e.observeRateLimited(RateLimitedRate)
 		return Response{}, &chargeonce.Error{
@@ -41,7 +50,6 @@ func (e *Engine) Refund(ctx context.Context, merchantID, chargeID, key string, r
 		}
 	}
 	client := ctx
-	fp := idempotency.RefundFingerprint(chargeID, req)
 	token := idempotency.NewToken()
 	ctx, cancel := e.detach(ctx)
 	defer cancel()

@@ -73,7 +73,7 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is a chargeonce.Store that answers KeyInsert and KeyGet for
+// Store is a chargeonce.Store that answers KeyInsert, RefundInsert and KeyGet for
 // completed records from memory. Every other method goes to the store it
 // wraps. It is safe for concurrent use.
 type Store struct {
@@ -153,6 +153,23 @@ func (c *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 	}
 	read := c.now()
 	rec, inserted, err := c.Store.KeyInsert(ctx, p)
+	if err == nil && !inserted {
+		c.put(k, rec, read)
+	}
+	return rec, inserted, err
+}
+
+// RefundInsert is KeyInsert for a refund's attempt: idempotency keys are
+// one namespace per merchant, so a completed record cached under the key,
+// a refund's or a charge's, is what the store would answer (inserted=false)
+// and the engine replays it or answers 422.
+func (c *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParams) (chargeonce.KeyRecord, bool, error) {
+	k := entryKey{p.Refund.MerchantID, p.Refund.IdempotencyKey}
+	if rec, ok := c.get(k); ok {
+		return rec, false, nil
+	}
+	read := c.now()
+	rec, inserted, err := c.Store.RefundInsert(ctx, p)
 	if err == nil && !inserted {
 		c.put(k, rec, read)
 	}

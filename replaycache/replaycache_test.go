@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,7 +44,7 @@ func TestConformance(t *testing.T) {
 // counting counts the calls that reach the wrapped store.
 type counting struct {
 	chargeonce.Store
-	inserts, gets atomic.Int64
+	inserts, gets, refundInserts atomic.Int64
 }
 
 func (c *counting) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (chargeonce.KeyRecord, bool, error) {
@@ -320,5 +321,63 @@ func TestEngineOverCache(t *testing.T) {
 	}
 	if s := sim.Stats(); s.CaptureRequests != 1 {
 		t.Fatalf("the acquirer saw %d capture requests, want 1", s.CaptureRequests)
+	}
+}
+
+func (c *counting) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParams) (chargeonce.KeyRecord, bool, error) {
+	c.refundInserts.Add(1)
+	return c.Store.RefundInsert(ctx, p)
+}
+
+// A refund's replays are answered from memory like a charge's, and a key
+// cached for a charge answers a refund with the same key 422, as the store
+// would (one namespace of keys per merchant).
+func TestEngineOverCacheRefunds(t *testing.T) {
+	t.Parallel()
+	f := setup(t, replaycache.Options{})
+	sim := apitest.Simulator(t, acquirer.Options{})
+	eng := engine.New(f.cache, sim, engine.Options{})
+	ctx := context.Background()
+	charge := &chargeonce.ChargeRequest{OrderID: 9, AmountCents: 1000, PaymentToken: "tok_ok"}
+	if err := charge.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	captured, err := eng.Charge(ctx, "m", "charge-1", charge)
+	if err != nil || captured.Status != 201 {
+		t.Fatalf("charge: %+v %v", captured, err)
+	}
+	var ch struct{ ID string }
+	if err := json.Unmarshal(captured.Body, &ch); err != nil || ch.ID == "" {
+		t.Fatalf("charge body %s: %v", captured.Body, err)
+	}
+	refund := func(amount int64) *chargeonce.RefundRequest {
+		r := &chargeonce.RefundRequest{AmountCents: amount}
+		if err := r.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first, err := eng.Refund(ctx, "m", ch.ID, "refund-1", refund(300))
+	if err != nil || first.Status != 201 || first.Replayed {
+		t.Fatalf("first refund: %+v %v", first, err)
+	}
+	before := f.inner.refundInserts.Load()
+	for range 5 {
+		again, err := eng.Refund(ctx, "m", ch.ID, "refund-1", refund(300))
+		if err != nil || !again.Replayed || again.Status != 201 || string(again.Body) != string(first.Body) {
+			t.Fatalf("refund replay: %+v %v", again, err)
+		}
+	}
+	if n := f.inner.refundInserts.Load() - before; n > 1 {
+		t.Fatalf("5 refund replays reached the store %d times, want at most once (then from memory)", n)
+	}
+	if _, err := eng.Refund(ctx, "m", ch.ID, "refund-1", refund(400)); chargeonce.ErrorCode(err) != chargeonce.EKEYREUSED {
+		t.Fatalf("refund key reused for another amount: err %v, want %s", err, chargeonce.EKEYREUSED)
+	}
+	if _, err := eng.Refund(ctx, "m", ch.ID, "charge-1", refund(100)); chargeonce.ErrorCode(err) != chargeonce.EKEYREUSED {
+		t.Fatalf("a charge's key sent to refund: err %v, want %s", err, chargeonce.EKEYREUSED)
+	}
+	if s := sim.Stats(); s.RefundRequests != 1 {
+		t.Fatalf("the acquirer saw %d refund requests, want 1", s.RefundRequests)
 	}
 }
