@@ -100,7 +100,12 @@ func TestFloodingMerchantLeavesOthersAdmitted(t *testing.T) {
 			p99 := quantile(lat, 0.99)
 			t.Logf("%s: demo's flood of %d slow charges: %d at the acquirer; other's %d charges meanwhile: p50 %s p99 %s max %s",
 				kind, flood, atAcquirer, len(lat), quantile(lat, 0.5).Round(time.Millisecond), p99.Round(time.Millisecond), quantile(lat, 1).Round(time.Millisecond))
-			if p99 > 2*time.Second {
+			// A charge of other's that waited for one of the flood's slots
+			// would take about the flood's acquirer time; under a loaded
+			// machine (the whole suite with -race) other's own charges took
+			// up to 2.3 s, so the bound leaves room below the flood's 5 s
+			// rather than timing the machine.
+			if p99 >= slow-time.Second {
 				t.Errorf("other's p99 during demo's flood is %s; want well under the flood's %s acquirer time", p99, slow)
 			}
 

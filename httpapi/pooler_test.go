@@ -71,7 +71,11 @@ func chargeLoad(t *testing.T, pooled bool) {
 	if statuses[500] > 0 || statuses[-1] > 0 {
 		t.Fatalf("%d × 500, %d transport errors", statuses[500], statuses[-1])
 	}
-	if statuses[201]+statuses[402]+statuses[503] != clients*each {
-		t.Fatalf("statuses %v: want only 201, 402 and 503", statuses)
+	// 503 overloaded and 429 rate-limited shed load when the machine is
+	// too slow to serve 64 clients (a share of the acquirer slots or of
+	// the body reads waited out): both are answers a client retries, with
+	// nothing kept for the key. The test is about the pooler: never a 500.
+	if statuses[201]+statuses[402]+statuses[503]+statuses[429] != clients*each {
+		t.Fatalf("statuses %v: want only 201, 402, 503 and 429", statuses)
 	}
 }
