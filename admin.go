@@ -103,6 +103,11 @@ type StuckListParams struct {
 	Limit int
 	// After, a charge id, asks for the charges after it (the next page).
 	After string
+	// IncludeLeased keeps the charges an attempt, recovery or a resolution
+	// is driving right now, under a live lease (StuckCharge.InFlight).
+	// They are left out by default: their outcome may still arrive, and a
+	// resolution would be refused (ELEASED) until the lease ends.
+	IncludeLeased bool
 }
 
 // StuckCharge is a processing charge as operators see it.
@@ -119,6 +124,11 @@ type StuckCharge struct {
 	NextAttempt time.Time
 	// Last is the newest appended history entry, if any.
 	Last *HistoryEntry
+	// InFlight is set while an attempt, recovery or a resolution drives
+	// the record under a live lease (it holds the lease, and the lease has
+	// not ended by the database's clock): its acquirer call may still be
+	// answered. A record backed off by recovery is not in flight.
+	InFlight bool
 }
 
 // StuckPage is one page of the stuck list.

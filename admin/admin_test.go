@@ -378,7 +378,7 @@ func TestResolveNeverOverridesACaptureInFlight(t *testing.T) {
 			go func() { answered <- apitest.Charge(t, e.api.URL, "slow", body) }()
 			var id string
 			apitest.Eventually(t, 2*time.Second, "the slow charge is inserted", func() bool {
-				page, err := e.store.(chargeonce.OperatorStore).ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 10})
+				page, err := e.store.(chargeonce.OperatorStore).ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 10, IncludeLeased: true})
 				if err != nil || len(page.Charges) != 1 {
 					return false
 				}

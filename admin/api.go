@@ -177,6 +177,9 @@ type StuckJSON struct {
 	AcquirerAttempts int        `json:"acquirer_attempts"`
 	LastOutcome      *EntryJSON `json:"last_outcome"`
 	NextAttemptAt    time.Time  `json:"next_attempt_at"`
+	// InFlight marks a charge an attempt, recovery or a resolution drives
+	// under a live lease; listed only with include_leased=1.
+	InFlight bool `json:"in_flight"`
 }
 
 // stuckParams reads the stuck list's query.
@@ -200,6 +203,13 @@ func stuckParams(r *http.Request) (chargeonce.StuckListParams, error) {
 		}
 		p.Limit = n
 	}
+	switch q.Get("include_leased") {
+	case "", "0", "false":
+	case "1", "true":
+		p.IncludeLeased = true
+	default:
+		return p, chargeonce.FieldError("include_leased", "include_leased must be 1 or 0")
+	}
 	return p, p.Check()
 }
 
@@ -220,7 +230,7 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, _ string) error
 		c := &page.Charges[i]
 		out.Data = append(out.Data, StuckJSON{
 			ChargeJSON: chargeJSON(&c.Charge), AgeSeconds: c.Age.Seconds(), AcquirerAttempts: c.Attempts,
-			LastOutcome: entryJSON(c.Last), NextAttemptAt: c.NextAttempt,
+			LastOutcome: entryJSON(c.Last), NextAttemptAt: c.NextAttempt, InFlight: c.InFlight,
 		})
 	}
 	return writeJSON(w, http.StatusOK, out)

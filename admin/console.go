@@ -273,6 +273,10 @@ type stuckView struct {
 	Next      string
 	Merchant  string
 	OlderThan string
+	// IncludeLeased is set when the list shows the charges driven under
+	// a live lease too; Toggle is the link that flips it.
+	IncludeLeased bool
+	Toggle        string
 }
 
 func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) error {
@@ -284,15 +288,25 @@ func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	if err != nil {
 		return err
 	}
-	d := stuckView{Groups: Groups(page.Charges), Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID, OlderThan: r.URL.Query().Get("older_than")}
-	if page.HasMore {
-		q := url.Values{"after": {page.Charges[len(page.Charges)-1].Charge.ID}}
+	d := stuckView{Groups: Groups(page.Charges), Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID,
+		OlderThan: r.URL.Query().Get("older_than"), IncludeLeased: p.IncludeLeased}
+	filters := func(includeLeased bool) url.Values {
+		q := url.Values{}
 		if d.Merchant != "" {
 			q.Set("merchant", d.Merchant)
 		}
 		if d.OlderThan != "" {
 			q.Set("older_than", d.OlderThan)
 		}
+		if includeLeased {
+			q.Set("include_leased", "1")
+		}
+		return q
+	}
+	d.Toggle = "/admin/?" + filters(!p.IncludeLeased).Encode()
+	if page.HasMore {
+		q := filters(p.IncludeLeased)
+		q.Set("after", page.Charges[len(page.Charges)-1].Charge.ID)
 		d.Next = "/admin/?" + q.Encode()
 	}
 	s.render(w, r, http.StatusOK, "stuck", view{Title: "Stuck charges", Admin: ss.admin, CSRF: ss.csrf, Data: d})

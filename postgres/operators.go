@@ -33,9 +33,11 @@ func scanHistory(row pgx.Row) (chargeonce.HistoryEntry, error) {
 }
 
 // ChargesListStuck pages through the processing records of every merchant,
-// oldest first, with each one's newest history entry. Processing records
-// are few (the partial index on lease_until holds only them), so the scan is
-// over them, never over settled charges.
+// oldest first, with each one's newest history entry and whether a live
+// lease holds it (computed in the statement, by the database's clock; such
+// records are left out unless p.IncludeLeased). Processing records are few
+// (the partial index on lease_until holds only them), so the scan is over
+// them, never over settled charges.
 func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListParams) (chargeonce.StuckPage, error) {
 	if err := p.Check(); err != nil {
 		return chargeonce.StuckPage{}, err
@@ -58,6 +60,7 @@ func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListPara
 	rows, err := s.pool.Query(ctx, `
 SELECT `+chargeColumnsC+`,
 	now() - c.created_at, k.recovery_attempts, k.lease_until,
+	k.lease_held AND k.lease_until > now(),
 	h.id, h.charge_id, h.merchant_id, h.at, h.kind, h.actor, h.outcome, h.detail, h.reason, h.forced
 FROM idempotency_keys k
 JOIN charges c ON c.id = k.charge_id
@@ -68,8 +71,9 @@ WHERE k.state = 'processing'
 	AND ($1 = '' OR k.merchant_id = $1)
 	AND c.created_at <= now() - $2::interval
 	AND ($3::timestamptz IS NULL OR (c.created_at, c.id) > ($3, $4))
+	AND ($6 OR NOT (k.lease_held AND k.lease_until > now()))
 ORDER BY c.created_at, c.id
-LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1)
+LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeased)
 	if err != nil {
 		return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
 	}
@@ -89,7 +93,7 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1)
 		c := &sc.Charge
 		if err := rows.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
 			&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
-			&sc.Age, &sc.Attempts, &sc.NextAttempt,
+			&sc.Age, &sc.Attempts, &sc.NextAttempt, &sc.InFlight,
 			&hID, &hCharge, &hMerchant, &hAt, &hKind, &hActor, &hOutcome, &hDetail, &hWhy, &hForced,
 		); err != nil {
 			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))

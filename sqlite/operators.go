@@ -41,8 +41,10 @@ func (h *historyRow) entry() *chargeonce.HistoryEntry {
 }
 
 // ChargesListStuck pages through the processing records of every merchant,
-// oldest first, with each one's newest history entry. The partial index on
-// lease_until holds only processing records, which are few.
+// oldest first, with each one's newest history entry and whether a live
+// lease holds it (computed in the statement; such records are left out
+// unless p.IncludeLeased). The partial index on lease_until holds only
+// processing records, which are few.
 func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListParams) (chargeonce.StuckPage, error) {
 	if err := p.Check(); err != nil {
 		return chargeonce.StuckPage{}, err
@@ -59,7 +61,8 @@ func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListPara
 	}
 	rows, err := s.rdb.QueryContext(ctx, `
 SELECT `+chargeColumnsC+`,
-	`+nowMicros+` - c.created_at, k.recovery_attempts, k.lease_until, `+historyColumnsH+`
+	`+nowMicros+` - c.created_at, k.recovery_attempts, k.lease_until,
+	k.lease_held AND k.lease_until > `+nowMicros+`, `+historyColumnsH+`
 FROM idempotency_keys k
 JOIN charges c ON c.id = k.charge_id
 LEFT JOIN charge_history h ON h.id = (
@@ -68,8 +71,9 @@ WHERE k.state = 'processing'
 	AND (?1 = '' OR k.merchant_id = ?1)
 	AND c.created_at <= `+nowMicros+` - ?2
 	AND (?3 IS NULL OR c.created_at > ?3 OR (c.created_at = ?3 AND c.id > ?4))
+	AND (?6 OR NOT (k.lease_held AND k.lease_until > `+nowMicros+`))
 ORDER BY c.created_at, c.id
-LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1)
+LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1, p.IncludeLeased)
 	if err != nil {
 		return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
 	}
@@ -81,14 +85,15 @@ LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1)
 			h          historyRow
 			age, lease int64
 			attempts   int
+			inFlight   bool
 		)
-		dest := append(cr.dest(), &age, &attempts, &lease)
+		dest := append(cr.dest(), &age, &attempts, &lease, &inFlight)
 		if err := rows.Scan(append(dest, h.dest()...)...); err != nil {
 			return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
 		}
 		page.Charges = append(page.Charges, chargeonce.StuckCharge{
 			Charge: cr.charge(), Age: time.Duration(age) * time.Microsecond,
-			Attempts: attempts, NextAttempt: fromMicros(lease), Last: h.entry(),
+			Attempts: attempts, NextAttempt: fromMicros(lease), Last: h.entry(), InFlight: inFlight,
 		})
 	}
 	if err := rows.Err(); err != nil {

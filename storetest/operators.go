@@ -25,6 +25,7 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"StuckListAcrossMerchants", testStuckListAcrossMerchants},
 		{"StuckListPages", testStuckListPages},
 		{"StuckListBadParams", testStuckListBadParams},
+		{"StuckListLeavesOutLiveLeases", testStuckListLeavesOutLiveLeases},
 		{"CommonPathWritesNoHistory", testCommonPathWritesNoHistory},
 		{"HistoryAppendsInOrder", testHistoryAppendsInOrder},
 		{"ResolveTakesOverAndAudits", testResolveTakesOverAndAudits},
@@ -129,17 +130,17 @@ func testStuckListAcrossMerchants(t *testing.T, s chargeonce.Store, o chargeonce
 		t.Fatalf("HistoryAppend: %v", err)
 	}
 
-	all := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50})
+	all := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, IncludeLeased: true})
 	if want := oldestFirst(t, o, append(slices.Clone(acme), globex...)); !slices.Equal(all, want) {
 		t.Fatalf("stuck list = %v, want oldest first %v", all, want)
 	}
-	if got, want := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, MerchantID: "globex"}), oldestFirst(t, o, globex); !slices.Equal(got, want) {
+	if got, want := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, MerchantID: "globex", IncludeLeased: true}), oldestFirst(t, o, globex); !slices.Equal(got, want) {
 		t.Fatalf("stuck list of globex = %v, want %v", got, want)
 	}
-	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, OlderThan: time.Hour}); len(got) != 0 {
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, OlderThan: time.Hour, IncludeLeased: true}); len(got) != 0 {
 		t.Fatalf("stuck list older than 1h = %v, want none", got)
 	}
-	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, MerchantID: "acme"})
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, MerchantID: "acme", IncludeLeased: true})
 	if err != nil {
 		t.Fatalf("ChargesListStuck: %v", err)
 	}
@@ -171,19 +172,57 @@ func testStuckListPages(t *testing.T, s chargeonce.Store, o chargeonce.OperatorS
 	}
 	want := oldestFirst(t, o, ids)
 	for _, limit := range []int{1, 2, 3, 7, 8} {
-		if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: limit}); !slices.Equal(got, want) {
+		if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: limit, IncludeLeased: true}); !slices.Equal(got, want) {
 			t.Fatalf("pages of %d = %v, want %v", limit, got, want)
 		}
 	}
 	// A cursor that was settled meanwhile still marks its place.
-	first, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 3})
+	first, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 3, IncludeLeased: true})
 	if err != nil || len(first.Charges) != 3 || !first.HasMore {
 		t.Fatalf("first page = %+v, %v; want 3 with more", first, err)
 	}
 	last := first.Charges[2]
 	complete(t, s, last.Charge.MerchantID, last.Charge.IdempotencyKey, get(t, s, last.Charge.MerchantID, last.Charge.IdempotencyKey).Token, []byte(`{}`))
-	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 2, After: last.Charge.ID}); !slices.Equal(got, want[3:]) {
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 2, After: last.Charge.ID, IncludeLeased: true}); !slices.Equal(got, want[3:]) {
 		t.Fatalf("after a settled cursor = %v, want %v", got, want[3:])
+	}
+}
+
+// testStuckListLeavesOutLiveLeases: a charge an attempt drives under a
+// live lease is not listed unless asked (its capture may still be
+// answered), and is marked in flight when it is; one recovery backed off,
+// and one whose driver died (its lease ended, still held), are listed.
+func testStuckListLeavesOutLiveLeases(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	live := newIntent("acme", "live")
+	insert(t, s, live)
+	backedOff := newIntent("acme", "backed-off")
+	insert(t, s, backedOff)
+	if err := s.KeyLeaseSet(t.Context(), "acme", "backed-off", backedOff.Token, 10*time.Minute, true); err != nil {
+		t.Fatalf("KeyLeaseSet: %v", err)
+	}
+	died := newIntent("acme", "died")
+	died.Lease = time.Millisecond
+	insert(t, s, died)
+	time.Sleep(20 * time.Millisecond)
+
+	want := oldestFirst(t, o, []string{backedOff.Charge.ID, died.Charge.ID})
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50}); !slices.Equal(got, want) {
+		t.Fatalf("stuck list = %v, want %v (the live lease left out)", got, want)
+	}
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, IncludeLeased: true})
+	if err != nil {
+		t.Fatalf("ChargesListStuck: %v", err)
+	}
+	inFlight := map[string]bool{}
+	for _, c := range page.Charges {
+		inFlight[c.Charge.ID] = c.InFlight
+	}
+	if len(inFlight) != 3 || !inFlight[live.Charge.ID] || inFlight[backedOff.Charge.ID] || inFlight[died.Charge.ID] {
+		t.Fatalf("with IncludeLeased, in flight = %v; want all three, only %s in flight", inFlight, live.Charge.ID)
+	}
+	// Paging with IncludeLeased off skips the live one on every page.
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 1}); !slices.Equal(got, want) {
+		t.Fatalf("pages of 1 = %v, want %v", got, want)
 	}
 }
 
