@@ -151,6 +151,9 @@ type ChargeInspection struct {
 	State       KeyState
 	Attempts    int
 	NextAttempt time.Time
+	// InFlight is set while an attempt, recovery or a resolution drives
+	// the processing record under a live lease (see StuckCharge.InFlight).
+	InFlight bool
 }
 
 // ResolveParams settle a processing charge as an operator decided: the

@@ -21,8 +21,14 @@ type Group struct {
 
 // cause is what holds a stuck charge, in human words.
 func cause(c *chargeonce.StuckCharge) string {
-	if c.Last == nil {
+	if c.Last == nil || (c.Last.Kind == chargeonce.HistoryRecoveryClaim && !c.InFlight) {
+		// No entry at all: the attempt that inserted it died mid-call. A
+		// claim last: the drive that claimed it died mid-call (the
+		// engine appends a claim before it calls the acquirer).
 		return "capture sent, no answer stored"
+	}
+	if c.InFlight {
+		return "in flight: the acquirer's answer may still come"
 	}
 	return Human(*c.Last)
 }

@@ -134,18 +134,20 @@ func (s *Store) ChargeInspect(ctx context.Context, id string) (chargeonce.Charge
 		state       *string
 		attempts    *int
 		leaseUntil  *time.Time
+		inFlight    *bool
 		status      string
 		declineCode *string
 		metadata    *string
 	)
 	c := &in.Charge
 	err := s.pool.QueryRow(ctx, `
-SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, k.state, k.recovery_attempts, k.lease_until
+SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, k.state, k.recovery_attempts, k.lease_until,
+	k.state = 'processing' AND k.lease_held AND k.lease_until > now()
 FROM charges c
 LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
 WHERE c.id = $1`, id).Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
 		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
-		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil)
+		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil, &inFlight)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
@@ -161,6 +163,7 @@ WHERE c.id = $1`, id).Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, 
 	}
 	if state != nil {
 		in.HasRecord, in.State, in.Attempts, in.NextAttempt = true, chargeonce.KeyState(*state), *attempts, *leaseUntil
+		in.InFlight = *inFlight
 	}
 	return in, nil
 }

@@ -121,12 +121,14 @@ func (s *Store) inspect(ctx context.Context, query func(context.Context, string,
 		updated, age    int64
 		state           sql.NullString
 		attempts, lease sql.NullInt64
+		inFlight        sql.NullBool
 	)
 	err := query(ctx, `
-SELECT `+chargeColumnsC+`, c.updated_at, `+nowMicros+` - c.created_at, k.state, k.recovery_attempts, k.lease_until
+SELECT `+chargeColumnsC+`, c.updated_at, `+nowMicros+` - c.created_at, k.state, k.recovery_attempts, k.lease_until,
+	k.state = 'processing' AND k.lease_held AND k.lease_until > `+nowMicros+`
 FROM charges c
 LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
-WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, &lease)...)
+WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, &lease, &inFlight)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
@@ -137,6 +139,7 @@ WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, 
 	if state.Valid {
 		in.HasRecord, in.State = true, chargeonce.KeyState(state.String)
 		in.Attempts, in.NextAttempt = int(attempts.Int64), fromMicros(lease.Int64)
+		in.InFlight = inFlight.Bool
 	}
 	return in, nil
 }
