@@ -208,7 +208,7 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 			"the acquirer says %s, which contradicts %s; nothing was settled (send force to override)", answer, q.Status)
 	}
 	if refusal != nil {
-		s.refuse(base, &rec, token, actor, q, answer)
+		s.refuse(base, &rec, token, actor, string(q.Status), q.Reason, answer)
 		return Resolution{AcquirerAnswer: answer}, refusal
 	}
 	final := ch
@@ -252,21 +252,20 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 	return Resolution{Charge: final, Audit: audit, AcquirerAnswer: answer}, nil
 }
 
-// refuse appends a refused resolution to the charge's history and hands the
-// record back: recovery may take it at once, and settles it from what the
-// acquirer holds.
-func (s *Server) refuse(base context.Context, rec *chargeonce.KeyRecord, token, actor string, q ResolveRequest, answer string) {
-	ch := &rec.Charge
+// refuse appends a refused resolution (of a charge or a refund) to the
+// history of what the record guards and hands the record back: recovery
+// may take it at once, and settles it from what the acquirer holds.
+func (s *Server) refuse(base context.Context, rec *chargeonce.KeyRecord, token, actor, wanted, reason, answer string) {
 	wctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
 	defer cancel()
 	if err := s.ops.HistoryAppend(wctx, chargeonce.HistoryEntry{
-		ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolveRefused, Actor: actor,
-		Outcome: "refused: wanted " + string(q.Status), Detail: answer, Reason: q.Reason,
+		ChargeID: rec.ObjectID(), MerchantID: rec.MerchantID, Kind: chargeonce.HistoryResolveRefused, Actor: actor,
+		Outcome: "refused: wanted " + wanted, Detail: answer, Reason: reason,
 	}); err != nil {
-		s.log.Error("appending a refused resolution to the history failed", "charge_id", ch.ID, "actor", actor, "err", err)
+		s.log.Error("appending a refused resolution to the history failed", "id", rec.ObjectID(), "actor", actor, "err", err)
 	}
-	if err := s.store.KeyLeaseSet(wctx, ch.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
-		s.log.Error("handing a refused resolution back to recovery failed; it is recovered when the resolution's lease ends", "charge_id", ch.ID, "err", err)
+	if err := s.store.KeyLeaseSet(wctx, rec.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+		s.log.Error("handing a refused resolution back to recovery failed; it is recovered when the resolution's lease ends", "id", rec.ObjectID(), "err", err)
 	}
 }
 

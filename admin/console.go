@@ -36,6 +36,8 @@ var pages = func() map[string]*template.Template {
 		"human":    Human,
 		"collapse": Collapse,
 		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
+		"isrefund": func(id string) bool { return strings.HasPrefix(id, "re_") },
+		"kind":     kindName,
 	}
 	out := map[string]*template.Template{}
 	names, err := fs.Glob(templateFS, "templates/*.html")
@@ -92,6 +94,9 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /admin/bulk", s.page(s.bulkSettle))
 	m.HandleFunc("POST /admin/charges/{id}/resolve", s.page(s.resolveForm))
 	m.HandleFunc("GET /admin/audit", s.page(s.auditPage))
+	m.HandleFunc("GET /admin/refunds/{id}", s.page(s.refundPage))
+	m.HandleFunc("POST /admin/refunds/{id}/lookup", s.page(s.refundLookPage))
+	m.HandleFunc("POST /admin/refunds/{id}/resolve", s.page(s.refundResolveForm))
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
 	})
@@ -375,6 +380,9 @@ type chargeView struct {
 	In       chargeonce.ChargeInspection
 	Timeline []chargeonce.HistoryEntry
 	Form     ResolveRequest
+	// Refunds are the charge's refunds, newest first; a pending one can
+	// be looked up and resolved from here.
+	Refunds []chargeonce.Refund
 }
 
 func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session) error {
@@ -382,8 +390,12 @@ func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session)
 	if err != nil {
 		return err
 	}
+	refunds, err := s.chargeRefunds(r.Context(), in.Charge)
+	if err != nil {
+		return err
+	}
 	s.render(w, r, http.StatusOK, "charge", view{Title: "Charge " + in.Charge.ID, Admin: ss.admin, CSRF: ss.csrf,
-		Data: chargeView{In: in, Timeline: tl}})
+		Data: chargeView{In: in, Timeline: tl, Refunds: refunds}})
 	return nil
 }
 
