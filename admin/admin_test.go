@@ -62,8 +62,8 @@ type downAcquirer struct {
 	next        chargeonce.Acquirer
 	down        atomic.Bool
 	loseRefunds atomic.Bool
-	mu   sync.Mutex
-	sent map[string]int
+	mu          sync.Mutex
+	sent        map[string]int
 }
 
 func (a *downAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
