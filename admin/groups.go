@@ -23,6 +23,10 @@ type Group struct {
 
 // cause is what holds a stuck charge, in human words.
 func cause(c *chargeonce.StuckCharge) string {
+	if c.Refund != nil && c.Last == nil {
+		// Refunds append no trail: only an operator's refusal is kept.
+		return "refund sent, outcome unknown"
+	}
 	if c.Last == nil || (c.Last.Kind == chargeonce.HistoryRecoveryClaim && !c.InFlight) {
 		// No entry at all: the attempt that inserted it died mid-call. A
 		// claim last: the drive that claimed it died mid-call (the

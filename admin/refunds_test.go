@@ -100,8 +100,8 @@ func TestStuckRefundsResolved(t *testing.T) {
 			_, second := e.stuckRefund(t, "rf-lost-2")
 			list2 := c.get(t, "/admin/")
 			m := regexp.MustCompile(`name="kind" value="refund">\s*<input type="hidden" name="cause" value="([^"]+)"`).FindStringSubmatch(list2)
-			if m == nil {
-				t.Fatalf("no group of refunds on the stuck list:\n%s", list2)
+			if m == nil || m[1] != "refund sent, outcome unknown" {
+				t.Fatalf("no group of refunds sent with their outcome unknown on the stuck list (%q):\n%s", m, list2)
 			}
 			bulk := c.post(t, "/admin/bulk", url.Values{"kind": {"refund"}, "cause": {html.UnescapeString(m[1])}, "reason": {"outage, ticket 52"}})
 			if !strings.Contains(bulk, second) || !strings.Contains(bulk, "settled as <strong>succeeded</strong>") {
