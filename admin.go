@@ -103,6 +103,11 @@ type StuckListParams struct {
 	Limit int
 	// After, a charge id, asks for the charges after it (the next page).
 	After string
+	// IncludeLeased keeps the charges an attempt, recovery or a resolution
+	// is driving right now, under a live lease (StuckCharge.InFlight).
+	// They are left out by default: their outcome may still arrive, and a
+	// resolution would be refused (ELEASED) until the lease ends.
+	IncludeLeased bool
 }
 
 // StuckCharge is a processing charge as operators see it.
@@ -119,6 +124,31 @@ type StuckCharge struct {
 	NextAttempt time.Time
 	// Last is the newest appended history entry, if any.
 	Last *HistoryEntry
+	// InFlight is set while an attempt, recovery or a resolution drives
+	// the record under a live lease (it holds the lease, and the lease has
+	// not ended by the database's clock): its acquirer call may still be
+	// answered. A record backed off by recovery is not in flight.
+	InFlight bool
+	// Refund is set when the stuck operation is a refund of Charge (Kind
+	// KindRefund); Age, Attempts, NextAttempt and Last are then the
+	// refund's. Nil for a charge.
+	Refund *Refund
+}
+
+// Kind is the kind of the stuck operation.
+func (c *StuckCharge) Kind() RecordKind {
+	if c.Refund != nil {
+		return KindRefund
+	}
+	return KindCharge
+}
+
+// ObjectID is the id of the stuck operation (ch_… or re_…).
+func (c *StuckCharge) ObjectID() string {
+	if c.Refund != nil {
+		return c.Refund.ID
+	}
+	return c.Charge.ID
 }
 
 // StuckPage is one page of the stuck list.
@@ -141,6 +171,9 @@ type ChargeInspection struct {
 	State       KeyState
 	Attempts    int
 	NextAttempt time.Time
+	// InFlight is set while an attempt, recovery or a resolution drives
+	// the processing record under a live lease (see StuckCharge.InFlight).
+	InFlight bool
 }
 
 // ResolveParams settle a processing charge as an operator decided: the
@@ -169,8 +202,10 @@ type HistoryAppender interface {
 // OperatorStore is what operators need of a store (SPEC "Operators"). Both
 // stores implement it; storetest.RunOperators checks them.
 type OperatorStore interface {
-	// ChargesListStuck returns a page of processing charges across
-	// merchants, oldest first. A cursor that names no charge is an
+	// ChargesListStuck returns a page of processing records across
+	// merchants and kinds (a charge, or a refund with its charge), oldest
+	// first, leaving out those driven under a live lease unless
+	// p.IncludeLeased. A cursor that names no charge or refund is an
 	// EINVALID error naming "after".
 	ChargesListStuck(ctx context.Context, p StuckListParams) (StuckPage, error)
 	// ChargeInspect returns any merchant's charge by id, with its record;
@@ -182,7 +217,8 @@ type OperatorStore interface {
 	// HistoryAppend appends entries (ID and At are the store's), in one
 	// statement.
 	HistoryAppender
-	// ChargeResolveClaim gives the processing record of a charge newToken
+	// ChargeResolveClaim gives the processing record of a charge, or of a
+	// refund (chargeID then names the refund, re_…), newToken
 	// and a lease of lease, when nobody drives it: its lease ended, or its
 	// owner let go of it and the rest is a back-off (KeyRecord.LeaseHeld).
 	// An attempt or recovery pass in flight keeps it: ELEASED, with the
@@ -190,7 +226,8 @@ type OperatorStore interface {
 	// such charge; ENOTPROCESSING when it is not processing.
 	ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (KeyRecord, error)
 	// ChargeResolve completes the record through the same completion as
-	// KeyComplete and appends p.Audit, atomically, and returns the audit
+	// KeyComplete (a refund's when p.Complete.Kind is KindRefund) and
+	// appends p.Audit, atomically, and returns the audit
 	// entry as stored (its ID and At); ESTALE (and nothing written) when
 	// p.Complete.Token no longer owns a processing record.
 	ChargeResolve(ctx context.Context, p ResolveParams) (HistoryEntry, error)

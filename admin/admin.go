@@ -208,7 +208,7 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 			"the acquirer says %s, which contradicts %s; nothing was settled (send force to override)", answer, q.Status)
 	}
 	if refusal != nil {
-		s.refuse(base, &rec, token, actor, q, answer)
+		s.refuse(base, &rec, token, actor, string(q.Status), q.Reason, answer)
 		return Resolution{AcquirerAnswer: answer}, refusal
 	}
 	final := ch
@@ -252,21 +252,20 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 	return Resolution{Charge: final, Audit: audit, AcquirerAnswer: answer}, nil
 }
 
-// refuse appends a refused resolution to the charge's history and hands the
-// record back: recovery may take it at once, and settles it from what the
-// acquirer holds.
-func (s *Server) refuse(base context.Context, rec *chargeonce.KeyRecord, token, actor string, q ResolveRequest, answer string) {
-	ch := &rec.Charge
+// refuse appends a refused resolution (of a charge or a refund) to the
+// history of what the record guards and hands the record back: recovery
+// may take it at once, and settles it from what the acquirer holds.
+func (s *Server) refuse(base context.Context, rec *chargeonce.KeyRecord, token, actor, wanted, reason, answer string) {
 	wctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
 	defer cancel()
 	if err := s.ops.HistoryAppend(wctx, chargeonce.HistoryEntry{
-		ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolveRefused, Actor: actor,
-		Outcome: "refused: wanted " + string(q.Status), Detail: answer, Reason: q.Reason,
+		ChargeID: rec.ObjectID(), MerchantID: rec.MerchantID, Kind: chargeonce.HistoryResolveRefused, Actor: actor,
+		Outcome: "refused: wanted " + wanted, Detail: answer, Reason: reason,
 	}); err != nil {
-		s.log.Error("appending a refused resolution to the history failed", "charge_id", ch.ID, "actor", actor, "err", err)
+		s.log.Error("appending a refused resolution to the history failed", "id", rec.ObjectID(), "actor", actor, "err", err)
 	}
-	if err := s.store.KeyLeaseSet(wctx, ch.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
-		s.log.Error("handing a refused resolution back to recovery failed; it is recovered when the resolution's lease ends", "charge_id", ch.ID, "err", err)
+	if err := s.store.KeyLeaseSet(wctx, rec.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+		s.log.Error("handing a refused resolution back to recovery failed; it is recovered when the resolution's lease ends", "id", rec.ObjectID(), "err", err)
 	}
 }
 
@@ -296,15 +295,19 @@ func Timeline(in chargeonce.ChargeInspection, stored []chargeonce.HistoryEntry) 
 		// it calls the acquirer, and appends what the acquirer said only
 		// when it gets an answer it cannot settle from: no entry of its own
 		// means the attempt died (or its instance was killed) with the
-		// capture sent or about to be. Derived, so the common path writes
-		// nothing more.
-		out = append(out, chargeonce.HistoryEntry{
+		// capture sent or about to be, or still waits for the answer.
+		// Derived, so the common path writes nothing more.
+		e := chargeonce.HistoryEntry{
 			ChargeID: ch.ID, MerchantID: ch.MerchantID, At: ch.CreatedAt, Kind: chargeonce.HistoryCapture,
 			Actor: engine.ActorAttempt, Outcome: CaptureSentNoAnswer, Derived: true,
 			Detail: "the record was committed to send the capture; no answer from the acquirer was ever stored, so money may have moved: recovery looks the reference up before sending it again",
-		})
+		}
+		if in.InFlight && lastClaim(stored) < 0 {
+			e.Outcome, e.Detail = CaptureInFlight, "the attempt that inserted the charge holds its lease and waits for the acquirer's answer"
+		}
+		out = append(out, e)
 	}
-	out = append(out, stored...)
+	out = append(out, withUnansweredDrives(in, stored)...)
 	if ch.Status == chargeonce.StatusProcessing {
 		return out
 	}
@@ -329,6 +332,79 @@ func Timeline(in chargeonce.ChargeInspection, stored []chargeonce.HistoryEntry) 
 // CaptureSentNoAnswer is the outcome of a capture whose answer was never
 // stored: the attempt that sent it died first.
 const CaptureSentNoAnswer = "sent, no answer stored"
+
+// CaptureInFlight is the outcome of a capture (or a re-drive's lookup and
+// capture) whose driver holds a live lease: its answer may still come.
+const CaptureInFlight = "sent, awaiting the answer"
+
+// withUnansweredDrives returns the stored entries with a derived capture
+// after each claim (by recovery, or by a retry) that nothing of its own
+// followed: the engine appends a claim before it calls the acquirer and
+// the rest of the drive when it ends, so such a drive died (its process
+// killed) with the lookup, and perhaps the capture, sent and no answer
+// stored; or, for the last claim of a record still under a live lease, it
+// is in flight. The derived capture is at the claim's time: "capture sent
+// at T".
+func withUnansweredDrives(in chargeonce.ChargeInspection, stored []chargeonce.HistoryEntry) []chargeonce.HistoryEntry {
+	last := lastClaim(stored)
+	var out []chargeonce.HistoryEntry
+	for i := range stored {
+		c := stored[i]
+		out = append(out, c)
+		if c.Kind != chargeonce.HistoryRecoveryClaim || driveAnswered(stored, i) {
+			continue
+		}
+		if i == last && in.Charge.Status != chargeonce.StatusProcessing && !resolvedAfter(stored, i) {
+			// It settled the charge; only its trail's write failed.
+			continue
+		}
+		e := chargeonce.HistoryEntry{
+			ChargeID: c.ChargeID, MerchantID: c.MerchantID, At: c.At, Kind: chargeonce.HistoryCapture,
+			Actor: c.Actor, Outcome: CaptureSentNoAnswer, Derived: true,
+			Detail: c.Actor + " claimed the record to look the reference up and send the capture if that was safe, and stored nothing after: it died (its process killed) with the lookup, and perhaps the capture, sent. Money may have moved: the next drive looks the reference up before sending it again",
+		}
+		if i == last && in.InFlight {
+			e.Outcome, e.Detail = CaptureInFlight, c.Actor+" holds the record's lease: its lookup, and perhaps its capture, is at the acquirer"
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// lastClaim is the index of the last claim in stored, or -1.
+func lastClaim(stored []chargeonce.HistoryEntry) int {
+	for i := len(stored) - 1; i >= 0; i-- {
+		if stored[i].Kind == chargeonce.HistoryRecoveryClaim {
+			return i
+		}
+	}
+	return -1
+}
+
+// driveAnswered reports whether the drive that made the claim stored[i]
+// appended what came of it: an entry by its actor before the next claim.
+func driveAnswered(stored []chargeonce.HistoryEntry, i int) bool {
+	for _, e := range stored[i+1:] {
+		if e.Kind == chargeonce.HistoryRecoveryClaim {
+			return false
+		}
+		if e.Actor == stored[i].Actor && (e.Kind == chargeonce.HistoryLookup || e.Kind == chargeonce.HistoryCapture) {
+			return true
+		}
+	}
+	return false
+}
+
+// resolvedAfter reports whether an operator resolved the charge after the
+// claim stored[i].
+func resolvedAfter(stored []chargeonce.HistoryEntry, i int) bool {
+	for _, e := range stored[i+1:] {
+		if e.Kind == chargeonce.HistoryResolution {
+			return true
+		}
+	}
+	return false
+}
 
 // attemptAnswered reports whether the attempt that inserted the charge
 // stored what came of its capture.

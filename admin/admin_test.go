@@ -59,10 +59,11 @@ func adminKeys(t *testing.T) *admin.Keys {
 // downAcquirer counts capture requests per reference and, while down,
 // answers like an acquirer that cannot be reached.
 type downAcquirer struct {
-	next chargeonce.Acquirer
-	down atomic.Bool
-	mu   sync.Mutex
-	sent map[string]int
+	next        chargeonce.Acquirer
+	down        atomic.Bool
+	loseRefunds atomic.Bool
+	mu          sync.Mutex
+	sent        map[string]int
 }
 
 func (a *downAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
@@ -80,6 +81,26 @@ func (a *downAcquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest)
 		return chargeonce.LookupResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
 	}
 	return a.next.Lookup(ctx, req)
+}
+
+// Refund sends the refund on, unless down; with loseRefunds set, the
+// acquirer refunds and its answer is lost on the way back.
+func (a *downAcquirer) Refund(ctx context.Context, req chargeonce.RefundCall) (chargeonce.RefundResult, error) {
+	if a.down.Load() {
+		return chargeonce.RefundResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	res, err := a.next.(chargeonce.Refunder).Refund(ctx, req)
+	if err == nil && a.loseRefunds.Load() {
+		return chargeonce.RefundResult{}, errors.New("read tcp 127.0.0.1:51234->127.0.0.1:8082: connection reset by peer")
+	}
+	return res, err
+}
+
+func (a *downAcquirer) RefundLookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	if a.down.Load() {
+		return chargeonce.LookupResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	return a.next.(chargeonce.Refunder).RefundLookup(ctx, req)
 }
 
 // env is a merchant API and an admin API over one store and acquirer.
@@ -378,7 +399,7 @@ func TestResolveNeverOverridesACaptureInFlight(t *testing.T) {
 			go func() { answered <- apitest.Charge(t, e.api.URL, "slow", body) }()
 			var id string
 			apitest.Eventually(t, 2*time.Second, "the slow charge is inserted", func() bool {
-				page, err := e.store.(chargeonce.OperatorStore).ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 10})
+				page, err := e.store.(chargeonce.OperatorStore).ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 10, IncludeLeased: true})
 				if err != nil || len(page.Charges) != 1 {
 					return false
 				}

@@ -25,6 +25,7 @@ func (s *Server) routes() {
 	m.Handle("GET /admin/v1/charges", s.api(s.apiList))
 	m.Handle("GET /admin/v1/charges/{id}", s.api(s.apiCharge))
 	m.Handle("POST /admin/v1/charges/{id}/resolve", s.api(s.apiResolve))
+	m.Handle("POST /admin/v1/refunds/{id}/resolve", s.api(s.apiResolveRefund))
 	m.Handle("GET /admin/v1/audit", s.api(s.apiAudit))
 	s.consoleRoutes(m)
 	s.mux = m
@@ -170,13 +171,21 @@ func entryJSON(e *chargeonce.HistoryEntry) *EntryJSON {
 		Detail: e.Detail, Reason: e.Reason, Forced: e.Forced, Derived: e.Derived}
 }
 
-// StuckJSON is one row of the stuck list.
+// StuckJSON is one row of the stuck list: a stuck operation of some kind
+// (a charge, or a refund of the charge shown), its charge, and its record.
 type StuckJSON struct {
+	// Kind is what is stuck: "charge", or "refund" (Refund says which);
+	// the other fields are the charge's.
+	Kind   string      `json:"kind"`
+	Refund *RefundJSON `json:"refund,omitempty"`
 	ChargeJSON
 	AgeSeconds       float64    `json:"age_seconds"`
 	AcquirerAttempts int        `json:"acquirer_attempts"`
 	LastOutcome      *EntryJSON `json:"last_outcome"`
 	NextAttemptAt    time.Time  `json:"next_attempt_at"`
+	// InFlight marks a charge an attempt, recovery or a resolution drives
+	// under a live lease; listed only with include_leased=1.
+	InFlight bool `json:"in_flight"`
 }
 
 // stuckParams reads the stuck list's query.
@@ -200,6 +209,13 @@ func stuckParams(r *http.Request) (chargeonce.StuckListParams, error) {
 		}
 		p.Limit = n
 	}
+	switch q.Get("include_leased") {
+	case "", "0", "false":
+	case "1", "true":
+		p.IncludeLeased = true
+	default:
+		return p, chargeonce.FieldError("include_leased", "include_leased must be 1 or 0")
+	}
 	return p, p.Check()
 }
 
@@ -219,8 +235,9 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, _ string) error
 	for i := range page.Charges {
 		c := &page.Charges[i]
 		out.Data = append(out.Data, StuckJSON{
+			Kind: kindName(c.Kind()), Refund: refundJSON(c.Refund),
 			ChargeJSON: chargeJSON(&c.Charge), AgeSeconds: c.Age.Seconds(), AcquirerAttempts: c.Attempts,
-			LastOutcome: entryJSON(c.Last), NextAttemptAt: c.NextAttempt,
+			LastOutcome: entryJSON(c.Last), NextAttemptAt: c.NextAttempt, InFlight: c.InFlight,
 		})
 	}
 	return writeJSON(w, http.StatusOK, out)
@@ -308,18 +325,26 @@ func (s *Server) apiCharge(w http.ResponseWriter, r *http.Request, _ string) err
 	return writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) apiResolve(w http.ResponseWriter, r *http.Request, admin string) error {
-	var q ResolveRequest
+// decodeBody reads r's body as one JSON object of the fields named.
+func decodeBody(r *http.Request, v any, fields string) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&q); err != nil {
+	if err := dec.Decode(v); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return chargeonce.Errorf(chargeonce.ETOOLARGE, "the body must be at most %d bytes", maxBody)
 		}
-		return chargeonce.Errorf(chargeonce.EINVALID, "the body must be a JSON object: status, decline_code, reason, force")
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body must be a JSON object: %s", fields)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return chargeonce.Errorf(chargeonce.EINVALID, "the body must hold one JSON object")
+	}
+	return nil
+}
+
+func (s *Server) apiResolve(w http.ResponseWriter, r *http.Request, admin string) error {
+	var q ResolveRequest
+	if err := decodeBody(r, &q, "status, decline_code, reason, force"); err != nil {
+		return err
 	}
 	res, err := s.Resolve(r.Context(), admin, r.PathValue("id"), q)
 	if err != nil {
@@ -361,4 +386,12 @@ func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, _ string) erro
 		out.Data = append(out.Data, *entryJSON(&es[i]))
 	}
 	return writeJSON(w, http.StatusOK, out)
+}
+
+// kindName names a record's kind in the API and on the console.
+func kindName(k chargeonce.RecordKind) string {
+	if k == chargeonce.KindCharge {
+		return "charge"
+	}
+	return string(k)
 }

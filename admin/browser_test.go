@@ -275,5 +275,47 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("the groups:\n%s", g)
 	}
 	shoot(ctx, t, "operators-groups")
+
+	// A refund whose answer was lost: listed with its charge, resolved
+	// from the charge's page after the acquirer is asked.
+	refundCharge, refundID := e.stuckRefund(t, "refund-7734-secretish")
+	do("the list with the refund", chromedp.Navigate(e.admin.URL+"/admin/"), chromedp.WaitVisible("#stuck"))
+	page()
+	if list := text("#stuck"); !strings.Contains(list, refundID) || !strings.Contains(list, "of "+refundCharge) {
+		t.Fatalf("the stuck list lacks the refund %s of %s:\n%s", refundID, refundCharge, list)
+	}
+	do("opening the refund's charge from the list", chromedp.Click(`#stuck a[href="/admin/charges/`+refundCharge+`#`+refundID+`"]`), chromedp.WaitVisible("#refunds"))
+	page()
+	if rs := text("#refunds"); !strings.Contains(rs, refundID) || !strings.Contains(rs, "pending") {
+		t.Fatalf("the charge's refunds:\n%s", rs)
+	}
+	do("asking the acquirer about the refund", chromedp.Click(".refund-lookup"), chromedp.WaitVisible("#acquirer-answer"))
+	page()
+	if a := text("#acquirer-answer"); !strings.Contains(a, "refunded") {
+		t.Fatalf("the acquirer's answer about the refund: %q", a)
+	}
+	for _, sel := range []string{"#status-succeeded", "#status-failed", "#status-canceled"} {
+		if checked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("`+sel+`").checked`)); err != nil || checked {
+			t.Fatalf("%s is preselected (%v)", sel, err)
+		}
+	}
+	shoot(ctx, t, "operators-refund")
+	const refundReason = "Acquirer support: the refund went out, ticket 4412"
+	do("reviewing the refund's resolution", chromedp.Click("#status-succeeded"), chromedp.SendKeys("#reason", refundReason),
+		chromedp.Click(`#resolve-refund button[type="submit"]`), chromedp.WaitVisible("#confirm"))
+	page()
+	if d := text("#decision"); d != "succeeded" {
+		t.Fatalf("the refund's confirmation shows %q", d)
+	}
+	do("confirming the refund", chromedp.Click("#confirm"), chromedp.WaitVisible("#refunds"))
+	page()
+	if rs := text("#refunds"); !strings.Contains(rs, "succeeded") {
+		t.Fatalf("the charge's refunds after the resolution:\n%s", rs)
+	}
+	do("the audit trail with the refund", chromedp.Navigate(e.admin.URL+"/admin/audit"), chromedp.WaitVisible("#audit"))
+	page()
+	if a := text("#audit"); !strings.Contains(a, refundID) || !strings.Contains(a, refundReason) {
+		t.Fatalf("audit trail:\n%s", a)
+	}
 	t.Logf("visited %d pages in Chromium: %s; their widths in a 1280 px window: %v", len(pages), strings.Join(pages, " "), widths)
 }

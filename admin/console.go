@@ -36,6 +36,8 @@ var pages = func() map[string]*template.Template {
 		"human":    Human,
 		"collapse": Collapse,
 		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
+		"isrefund": func(id string) bool { return strings.HasPrefix(id, "re_") },
+		"kind":     kindName,
 	}
 	out := map[string]*template.Template{}
 	names, err := fs.Glob(templateFS, "templates/*.html")
@@ -92,6 +94,9 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /admin/bulk", s.page(s.bulkSettle))
 	m.HandleFunc("POST /admin/charges/{id}/resolve", s.page(s.resolveForm))
 	m.HandleFunc("GET /admin/audit", s.page(s.auditPage))
+	m.HandleFunc("GET /admin/refunds/{id}", s.page(s.refundPage))
+	m.HandleFunc("POST /admin/refunds/{id}/lookup", s.page(s.refundLookPage))
+	m.HandleFunc("POST /admin/refunds/{id}/resolve", s.page(s.refundResolveForm))
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
 	})
@@ -273,6 +278,10 @@ type stuckView struct {
 	Next      string
 	Merchant  string
 	OlderThan string
+	// IncludeLeased is set when the list shows the charges driven under
+	// a live lease too; Toggle is the link that flips it.
+	IncludeLeased bool
+	Toggle        string
 }
 
 func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) error {
@@ -284,15 +293,25 @@ func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	if err != nil {
 		return err
 	}
-	d := stuckView{Groups: Groups(page.Charges), Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID, OlderThan: r.URL.Query().Get("older_than")}
-	if page.HasMore {
-		q := url.Values{"after": {page.Charges[len(page.Charges)-1].Charge.ID}}
+	d := stuckView{Groups: Groups(page.Charges), Charges: page.Charges, HasMore: page.HasMore, Merchant: p.MerchantID,
+		OlderThan: r.URL.Query().Get("older_than"), IncludeLeased: p.IncludeLeased}
+	filters := func(includeLeased bool) url.Values {
+		q := url.Values{}
 		if d.Merchant != "" {
 			q.Set("merchant", d.Merchant)
 		}
 		if d.OlderThan != "" {
 			q.Set("older_than", d.OlderThan)
 		}
+		if includeLeased {
+			q.Set("include_leased", "1")
+		}
+		return q
+	}
+	d.Toggle = "/admin/?" + filters(!p.IncludeLeased).Encode()
+	if page.HasMore {
+		q := filters(p.IncludeLeased)
+		q.Set("after", page.Charges[len(page.Charges)-1].Charge.ID)
 		d.Next = "/admin/?" + q.Encode()
 	}
 	s.render(w, r, http.StatusOK, "stuck", view{Title: "Stuck charges", Admin: ss.admin, CSRF: ss.csrf, Data: d})
@@ -361,6 +380,9 @@ type chargeView struct {
 	In       chargeonce.ChargeInspection
 	Timeline []chargeonce.HistoryEntry
 	Form     ResolveRequest
+	// Refunds are the charge's refunds, newest first; a pending one can
+	// be looked up and resolved from here.
+	Refunds []chargeonce.Refund
 }
 
 func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session) error {
@@ -368,8 +390,12 @@ func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session)
 	if err != nil {
 		return err
 	}
+	refunds, err := s.chargeRefunds(r.Context(), in.Charge)
+	if err != nil {
+		return err
+	}
 	s.render(w, r, http.StatusOK, "charge", view{Title: "Charge " + in.Charge.ID, Admin: ss.admin, CSRF: ss.csrf,
-		Data: chargeView{In: in, Timeline: tl}})
+		Data: chargeView{In: in, Timeline: tl, Refunds: refunds}})
 	return nil
 }
 

@@ -13,6 +13,8 @@ import (
 // Group is the stuck charges that share a cause (their last outcome in
 // human words), for working an outage a group at a time.
 type Group struct {
+	// Kind is what the group's operations are: "charge" or "refund".
+	Kind   string
 	Cause  string
 	Count  int
 	Totals []string // the amounts, summed per currency
@@ -21,8 +23,18 @@ type Group struct {
 
 // cause is what holds a stuck charge, in human words.
 func cause(c *chargeonce.StuckCharge) string {
-	if c.Last == nil {
+	if c.Refund != nil && c.Last == nil {
+		// Refunds append no trail: only an operator's refusal is kept.
+		return "refund sent, outcome unknown"
+	}
+	if c.Last == nil || (c.Last.Kind == chargeonce.HistoryRecoveryClaim && !c.InFlight) {
+		// No entry at all: the attempt that inserted it died mid-call. A
+		// claim last: the drive that claimed it died mid-call (the
+		// engine appends a claim before it calls the acquirer).
 		return "capture sent, no answer stored"
+	}
+	if c.InFlight {
+		return "in flight: the acquirer's answer may still come"
 	}
 	return Human(*c.Last)
 }
@@ -34,17 +46,21 @@ func Groups(cs []chargeonce.StuckCharge) []Group {
 	var order []string
 	for i := range cs {
 		c := &cs[i]
-		k := cause(c)
+		k := kindName(c.Kind()) + " " + cause(c)
 		g := byCause[k]
 		if g == nil {
-			g = &Group{Cause: k}
+			g = &Group{Kind: kindName(c.Kind()), Cause: cause(c)}
 			byCause[k] = g
 			sums[k] = map[string]int64{}
 			order = append(order, k)
 		}
 		g.Count++
 		g.Oldest = max(g.Oldest, c.Age)
-		sums[k][c.Charge.Currency] += c.Charge.AmountCents
+		if c.Refund != nil {
+			sums[k][c.Refund.Currency] += c.Refund.AmountCents
+		} else {
+			sums[k][c.Charge.Currency] += c.Charge.AmountCents
+		}
 	}
 	out := make([]Group, 0, len(order))
 	for _, k := range order {
@@ -63,8 +79,10 @@ func Groups(cs []chargeonce.StuckCharge) []Group {
 	return out
 }
 
-// BulkOutcome is what the bulk action did with one charge.
+// BulkOutcome is what the bulk action did with one charge or refund.
 type BulkOutcome struct {
+	Kind     string
+	ID       string
 	ChargeID string
 	Amount   string
 	Acquirer AcquirerView
@@ -79,7 +97,10 @@ type BulkOutcome struct {
 // a single resolution. Charges the acquirer cannot answer for, or never
 // saw (recovery sends those again), are left as they are.
 func (s *Server) bulkSettle(w http.ResponseWriter, r *http.Request, ss *session) error {
-	want := r.PostFormValue("cause")
+	want, wantKind := r.PostFormValue("cause"), r.PostFormValue("kind")
+	if wantKind == "" {
+		wantKind = kindName(chargeonce.KindCharge)
+	}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	if strings.TrimSpace(reason) == "" {
 		return chargeonce.FieldError("reason", "reason is required: say why (the outage, the ticket)")
@@ -91,10 +112,14 @@ func (s *Server) bulkSettle(w http.ResponseWriter, r *http.Request, ss *session)
 	var out []BulkOutcome
 	for i := range page.Charges {
 		c := &page.Charges[i]
-		if cause(c) != want {
+		if cause(c) != want || kindName(c.Kind()) != wantKind {
 			continue
 		}
-		o := BulkOutcome{ChargeID: c.Charge.ID, Amount: chargeonce.FormatAmount(c.Charge.AmountCents, c.Charge.Currency)}
+		if c.Refund != nil {
+			out = append(out, s.bulkSettleRefund(r, ss, c, reason))
+			continue
+		}
+		o := BulkOutcome{Kind: wantKind, ID: c.Charge.ID, ChargeID: c.Charge.ID, Amount: chargeonce.FormatAmount(c.Charge.AmountCents, c.Charge.Currency)}
 		o.Acquirer = s.lookUp(r.Context(), c.Charge)
 		var status chargeonce.Status
 		switch o.Acquirer.Kind {
@@ -115,6 +140,39 @@ func (s *Server) bulkSettle(w http.ResponseWriter, r *http.Request, ss *session)
 		}
 		out = append(out, o)
 	}
-	s.render(w, r, http.StatusOK, "bulk", view{Title: fmt.Sprintf("Looked up: %s", want), Admin: ss.admin, CSRF: ss.csrf, Data: out})
+	s.render(w, r, http.StatusOK, "bulk", view{Title: fmt.Sprintf("Looked up: %s (%ss)", want, wantKind), Admin: ss.admin, CSRF: ss.csrf, Data: out})
 	return nil
+}
+
+// bulkSettleRefund looks one stuck refund up and, when the acquirer gives
+// its outcome, resolves it so through ResolveRefund (the same claim,
+// second lookup, rules and audit entry as one resolution).
+func (s *Server) bulkSettleRefund(r *http.Request, ss *session, c *chargeonce.StuckCharge, reason string) BulkOutcome {
+	rf := c.Refund
+	o := BulkOutcome{Kind: kindName(chargeonce.KindRefund), ID: rf.ID, ChargeID: rf.ChargeID, Amount: chargeonce.FormatAmount(rf.AmountCents, rf.Currency)}
+	_, v, err := s.lookUpRefund(r.Context(), c.Charge.MerchantID, rf.ID)
+	if err != nil {
+		o.Note = "not looked up: " + chargeonce.ErrorMessage(err)
+		return o
+	}
+	o.Acquirer = v
+	var status chargeonce.RefundStatus
+	switch v.Kind {
+	case "succeeded":
+		status = chargeonce.RefundSucceeded
+	case "refund-failed":
+		status = chargeonce.RefundFailed
+	case "canceled":
+		status = chargeonce.RefundCanceled
+	default:
+		o.Note = "left for recovery: the acquirer gave no outcome to settle from"
+		return o
+	}
+	res, err := s.ResolveRefund(r.Context(), ss.admin, rf.ID, RefundResolveRequest{Status: status, Reason: "bulk: " + reason})
+	if err != nil {
+		o.Note = "not settled: " + chargeonce.ErrorMessage(err)
+	} else {
+		o.Settled = string(res.Refund.Status)
+	}
+	return o
 }

@@ -42,15 +42,22 @@ func TestTimelineCollapsesRepeats(t *testing.T) {
 func TestTimelineShowsACaptureWithoutAnswer(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "sqlite")
-	// What an attempt commits before it calls the acquirer, and then dies.
+	// What an attempt commits before it calls the acquirer, and then dies:
+	// its lease ends with nobody driving it (while it runs, the capture is
+	// shown in flight).
 	rec, inserted, err := e.store.KeyInsert(t.Context(), chargeonce.KeyInsertParams{
-		Fingerprint: "fp_killed", Token: "tok_killed", Lease: time.Hour,
+		Fingerprint: "fp_killed", Token: "tok_killed", Lease: 1500 * time.Millisecond,
 		Charge: chargeonce.Charge{ID: "ch_killedmidcapture", MerchantID: "demo", IdempotencyKey: "killed-1", OrderID: 9, AmountCents: 1000, Currency: "KWD", PaymentToken: "tok_ok"},
 	})
 	if err != nil || !inserted {
 		t.Fatalf("inserting: %v %v", inserted, err)
 	}
 	_, b := e.call(t, "GET", "/admin/v1/charges/"+rec.Charge.ID, aliceKey, nil)
+	if !strings.Contains(string(b), admin.CaptureInFlight) {
+		t.Errorf("history while the attempt's lease is live: %s; want its capture %q", b, admin.CaptureInFlight)
+	}
+	time.Sleep(time.Until(rec.Charge.CreatedAt.Add(1600 * time.Millisecond)))
+	_, b = e.call(t, "GET", "/admin/v1/charges/"+rec.Charge.ID, aliceKey, nil)
 	var d admin.ChargeDetailJSON
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatal(err)

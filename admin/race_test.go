@@ -102,7 +102,7 @@ func TestResolveRacesRecovery(t *testing.T) {
 	close(start)
 	operators.Wait()
 	apitest.Eventually(t, 30*time.Second, "recovery to find nothing left", func() bool {
-		page, err := e.store.(chargeonce.OperatorStore).ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50})
+		page, err := e.store.(chargeonce.OperatorStore).ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, IncludeLeased: true})
 		return err == nil && len(page.Charges) == 0
 	})
 	close(stopRecovery)

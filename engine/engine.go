@@ -710,7 +710,7 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 	}
 	ch := rec.Charge
 	base := context.WithoutCancel(ctx)
-	tr := newTrail(&ch, recovering, lookFirst, rec.RecoveryAttempts)
+	tr := e.startTrail(base, &ch, recovering, lookFirst, rec.RecoveryAttempts)
 	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
 	res, err := e.acquire(actx, &rec, &ch, lookFirst, &tr)
 	cancel()

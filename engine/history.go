@@ -84,6 +84,23 @@ func LookupOutcome(lr chargeonce.LookupResult) string {
 	return s
 }
 
+// startTrail begins the trail of a drive of ch's record. A drive off the
+// common path (a claim by recovery, or by a retry past an expired lease)
+// appends its claim at once, before it calls the acquirer, so that a drive
+// killed mid-call (its process SIGKILLed) still leaves its mark: a claim
+// with nothing after it is a lookup, and perhaps a capture, sent with no
+// answer stored (admin.Timeline shows it so). The rest of the trail is
+// appended when the drive ends. The common path, a first attempt, appends
+// nothing here: its record's insert is its claim.
+func (e *Engine) startTrail(base context.Context, ch *chargeonce.Charge, recovering, lookFirst bool, attempts int) trail {
+	t := newTrail(ch, recovering, lookFirst, attempts)
+	if t.unusual {
+		e.appendHistory(base, &t, false)
+		t.entries = t.entries[:0]
+	}
+	return t
+}
+
 // appendHistory writes the trail of a drive that left the common path: a
 // claim, or an outcome that stayed unknown. Best effort and bounded: the
 // history informs operators, and a failed write must not hold the

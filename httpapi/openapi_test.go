@@ -249,6 +249,39 @@ func startLikeServe(t *testing.T, store chargeonce.Store, acq chargeonce.Acquire
 	return srv.URL
 }
 
+// heldReads is a store whose reads of a charge wait for gate, saying on
+// entered that one arrived: a read held in flight.
+type heldReads struct {
+	chargeonce.Store
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (h heldReads) ChargeGet(ctx context.Context, merchantID, id string) (chargeonce.Charge, error) {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-h.gate:
+	case <-ctx.Done():
+	}
+	return h.Store.ChargeGet(ctx, merchantID, id)
+}
+
+// startWithReadShares is startLikeServe with reads shares per merchant.
+func startWithReadShares(t *testing.T, store chargeonce.Store, acq chargeonce.Acquirer, opts engine.Options, shares int) string {
+	t.Helper()
+	keys, err := httpapi.ParseKeys("demo:" + apitest.APIKey + ",other:" + apitest.OtherAPIKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(store, acq, opts)
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Engine: eng, Store: store, Keys: keys, MaxReadsPerMerchant: shares}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // TestOpenAPIConformance provokes every answer the API can give, on both
 // stores, and validates each against httpapi/openapi.yaml: an answer the
 // document does not describe fails, and so does a documented answer no
@@ -499,6 +532,32 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 			}
 		}
 	}
+
+	// 429 on the reads: past its share of reads in flight, a merchant's
+	// read waits a second for one, then is refused. A read held in the
+	// store keeps the merchant's only share.
+	held := heldReads{Store: apitest.Store(t, kind), entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	shared := startWithReadShares(t, held, sim, opts, 1)
+	holding := make(chan struct{})
+	go func() {
+		defer close(holding)
+		_, _ = apitest.Do(t, nil, "GET", shared+"/v1/charges/ch_held", nil, nil)
+	}()
+	select {
+	case <-held.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held read never reached the store")
+	}
+	for _, rt := range []struct{ route, target string }{
+		{"/v1/charges", "/v1/charges"},
+		{"/v1/charges/{id}", "/v1/charges/ch_other"},
+		{"/v1/refunds", "/v1/refunds"},
+		{"/v1/refunds/{id}", "/v1/refunds/re_other"},
+	} {
+		want(c.exchange(shared, "GET", rt.route, rt.target, nil, nil, true), 429, "GET "+rt.route+" past the merchant's share of reads")
+	}
+	close(held.gate)
+	<-holding
 
 	// Operations.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"} {

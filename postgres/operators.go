@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,10 +33,13 @@ func scanHistory(row pgx.Row) (chargeonce.HistoryEntry, error) {
 	return e, err
 }
 
-// ChargesListStuck pages through the processing records of every merchant,
-// oldest first, with each one's newest history entry. Processing records
-// are few (the partial index on lease_until holds only them), so the scan is
-// over them, never over settled charges.
+// ChargesListStuck pages through the processing records of every merchant
+// and of either kind (a charge's, or a refund's with its charge), oldest
+// first, with each one's newest history entry and whether a live lease
+// holds it (computed in the statement, by the database's clock; such
+// records are left out unless p.IncludeLeased). Processing records are few
+// (the partial index on lease_until holds only them), so the scan is over
+// them, never over settled charges.
 func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListParams) (chargeonce.StuckPage, error) {
 	if err := p.Check(); err != nil {
 		return chargeonce.StuckPage{}, err
@@ -46,9 +50,11 @@ func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListPara
 	)
 	if p.After != "" {
 		var at time.Time
-		err := s.pool.QueryRow(ctx, `SELECT created_at FROM charges WHERE id = $1`, p.After).Scan(&at)
+		err := s.pool.QueryRow(ctx, `
+SELECT created_at FROM charges WHERE id = $1
+UNION ALL SELECT created_at FROM refunds WHERE id = $1`, p.After).Scan(&at)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge; %q is not", p.After)
+			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge or a refund; %q is not", p.After)
 		}
 		if err != nil {
 			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
@@ -57,19 +63,21 @@ func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListPara
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT `+chargeColumnsC+`,
-	now() - c.created_at, k.recovery_attempts, k.lease_until,
+	now() - COALESCE(r.created_at, c.created_at), k.recovery_attempts, k.lease_until,
+	k.lease_held AND k.lease_until > now(),
+	r.id, r.amount_cents, r.currency, r.status, r.reason, r.created_at,
 	h.id, h.charge_id, h.merchant_id, h.at, h.kind, h.actor, h.outcome, h.detail, h.reason, h.forced
-FROM idempotency_keys k
-JOIN charges c ON c.id = k.charge_id
+FROM idempotency_keys k`+anyRecordFrom+`
 LEFT JOIN LATERAL (
-	SELECT * FROM charge_history hh WHERE hh.charge_id = c.id ORDER BY hh.id DESC LIMIT 1
+	SELECT * FROM charge_history hh WHERE hh.charge_id = k.charge_id ORDER BY hh.id DESC LIMIT 1
 ) h ON true
 WHERE k.state = 'processing'
 	AND ($1 = '' OR k.merchant_id = $1)
-	AND c.created_at <= now() - $2::interval
-	AND ($3::timestamptz IS NULL OR (c.created_at, c.id) > ($3, $4))
-ORDER BY c.created_at, c.id
-LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1)
+	AND COALESCE(r.created_at, c.created_at) <= now() - $2::interval
+	AND ($3::timestamptz IS NULL OR (COALESCE(r.created_at, c.created_at), k.charge_id) > ($3, $4))
+	AND ($6 OR NOT (k.lease_held AND k.lease_until > now()))
+ORDER BY COALESCE(r.created_at, c.created_at), k.charge_id
+LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeased)
 	if err != nil {
 		return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
 	}
@@ -80,6 +88,9 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1)
 			sc                              chargeonce.StuckCharge
 			status                          string
 			declineCode, metadata           *string
+			rID, rCurrency, rStatus, rWhy   *string
+			rAmount                         *int64
+			rAt                             *time.Time
 			hID                             *int64
 			hCharge, hMerchant, hKind       *string
 			hActor, hOutcome, hDetail, hWhy *string
@@ -89,7 +100,8 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1)
 		c := &sc.Charge
 		if err := rows.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
 			&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
-			&sc.Age, &sc.Attempts, &sc.NextAttempt,
+			&sc.Age, &sc.Attempts, &sc.NextAttempt, &sc.InFlight,
+			&rID, &rAmount, &rCurrency, &rStatus, &rWhy, &rAt,
 			&hID, &hCharge, &hMerchant, &hAt, &hKind, &hActor, &hOutcome, &hDetail, &hWhy, &hForced,
 		); err != nil {
 			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
@@ -100,6 +112,12 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1)
 		c.Status = chargeonce.Status(status)
 		if declineCode != nil {
 			c.DeclineCode = *declineCode
+		}
+		if rID != nil {
+			sc.Refund = &chargeonce.Refund{
+				ID: *rID, MerchantID: c.MerchantID, ChargeID: c.ID, AmountCents: *rAmount, Currency: *rCurrency,
+				Status: chargeonce.RefundStatus(*rStatus), Reason: *rWhy, CreatedAt: *rAt,
+			}
 		}
 		if hID != nil {
 			sc.Last = &chargeonce.HistoryEntry{
@@ -130,18 +148,20 @@ func (s *Store) ChargeInspect(ctx context.Context, id string) (chargeonce.Charge
 		state       *string
 		attempts    *int
 		leaseUntil  *time.Time
+		inFlight    *bool
 		status      string
 		declineCode *string
 		metadata    *string
 	)
 	c := &in.Charge
 	err := s.pool.QueryRow(ctx, `
-SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, k.state, k.recovery_attempts, k.lease_until
+SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, k.state, k.recovery_attempts, k.lease_until,
+	k.state = 'processing' AND k.lease_held AND k.lease_until > now()
 FROM charges c
 LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
 WHERE c.id = $1`, id).Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
 		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
-		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil)
+		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil, &inFlight)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
@@ -157,6 +177,7 @@ WHERE c.id = $1`, id).Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, 
 	}
 	if state != nil {
 		in.HasRecord, in.State, in.Attempts, in.NextAttempt = true, chargeonce.KeyState(*state), *attempts, *leaseUntil
+		in.InFlight = *inFlight
 	}
 	return in, nil
 }
@@ -238,56 +259,71 @@ func (s *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.History
 	return nil
 }
 
-// ChargeResolveClaim gives a charge's processing record to an operator's
-// resolution when nobody drives it: its lease ended, or its owner let go
-// and the rest is a back-off (lease_held). An attempt or recovery pass in
-// flight keeps it (ELEASED): taking it over would let the resolution
-// settle while that attempt's capture may still land.
-func (s *Store) ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
-	if !chargeonce.ValidText(chargeID) {
-		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", chargeID)
+// ChargeResolveClaim gives the processing record of a charge, or of a
+// refund (id re_…), to an operator's resolution when nobody drives it: its
+// lease ended, or its owner let go and the rest is a back-off
+// (lease_held). An attempt or recovery pass in flight keeps it (ELEASED):
+// taking it over would let the resolution settle while that attempt's
+// capture or refund may still land.
+func (s *Store) ChargeResolveClaim(ctx context.Context, id, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
+	if !chargeonce.ValidText(id) {
+		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", objectName(id), id)
 	}
-	rec, _, err := scanRecord(s.pool.QueryRow(ctx, `
-WITH ch AS (
+	rec, _, err := scanAnyRecord(s.pool.QueryRow(ctx, `
+WITH o AS (
 	SELECT merchant_id, idempotency_key FROM charges WHERE id = $1
+	UNION ALL SELECT merchant_id, idempotency_key FROM refunds WHERE id = $1
 ), k AS (
 	UPDATE idempotency_keys k
 	SET token = $2, lease_until = now() + $3::interval, lease_held = true, updated_at = now()
-	FROM ch
-	WHERE k.merchant_id = ch.merchant_id AND k.key = ch.idempotency_key AND k.charge_id = $1
+	FROM o
+	WHERE k.merchant_id = o.merchant_id AND k.key = o.idempotency_key AND k.charge_id = $1
 		AND k.state = 'processing' AND (k.lease_until <= now() OR NOT k.lease_held)
 	RETURNING k.*
 )
-SELECT `+recordColumns+`
-FROM k JOIN charges c ON c.id = k.charge_id`, chargeID, newToken, lease))
+SELECT `+refundColumns+`, `+recordColumns+`
+FROM k`+anyRecordFrom, id, newToken, lease))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return chargeonce.KeyRecord{}, s.resolveClaimRefused(ctx, chargeID)
+		return chargeonce.KeyRecord{}, s.resolveClaimRefused(ctx, id)
 	}
 	if err != nil {
-		return chargeonce.KeyRecord{}, fmt.Errorf("claiming a charge for resolution: %w", translate(err))
+		return chargeonce.KeyRecord{}, fmt.Errorf("claiming %s for resolution: %w", objectName(id), translate(err))
 	}
 	return rec, nil
 }
 
+// objectName names what an id is: a refund (re_…) or a charge.
+func objectName(id string) string {
+	if strings.HasPrefix(id, "re_") {
+		return "refund"
+	}
+	return "charge"
+}
+
 // resolveClaimRefused says why ChargeResolveClaim claimed nothing: no such
-// charge, a charge no longer processing, or a lease held and running.
-func (s *Store) resolveClaimRefused(ctx context.Context, chargeID string) error {
+// charge or refund, one no longer processing, or a lease held and running.
+func (s *Store) resolveClaimRefused(ctx context.Context, id string) error {
 	var remaining int64 // µs
 	err := s.pool.QueryRow(ctx, `
 SELECT GREATEST(0, (EXTRACT(EPOCH FROM k.lease_until - now()) * 1000000)::bigint)
-FROM charges c JOIN idempotency_keys k
-	ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
-WHERE c.id = $1 AND k.state = 'processing'`, chargeID).Scan(&remaining)
+FROM idempotency_keys k
+WHERE k.charge_id = $1 AND k.state = 'processing' AND (k.merchant_id, k.key) IN (
+	SELECT merchant_id, idempotency_key FROM charges WHERE id = $1
+	UNION ALL SELECT merchant_id, idempotency_key FROM refunds WHERE id = $1)`, id).Scan(&remaining)
 	if err == nil {
-		return chargeonce.LeasedError(chargeID, time.Duration(remaining)*time.Microsecond)
+		return chargeonce.LeasedError(id, time.Duration(remaining)*time.Microsecond)
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("claiming a charge for resolution: %w", translate(err))
+		return fmt.Errorf("claiming %s for resolution: %w", objectName(id), translate(err))
 	}
-	if _, ierr := s.ChargeInspect(ctx, chargeID); ierr != nil {
-		return ierr
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM charges WHERE id = $1) OR EXISTS (SELECT FROM refunds WHERE id = $1)`, id).Scan(&exists); err != nil {
+		return fmt.Errorf("claiming %s for resolution: %w", objectName(id), translate(err))
 	}
-	return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is no longer processing", chargeID)
+	if !exists {
+		return chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", objectName(id), id)
+	}
+	return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "%s %s is no longer processing", objectName(id), id)
 }
 
 // ChargeResolve runs the very statement KeyComplete runs for an attempt
@@ -301,10 +337,19 @@ func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) (
 	}
 	c := p.Complete
 	audit := p.Audit
+	if c.Kind == chargeonce.KindRefund && !c.RefundStatus.Final() {
+		return chargeonce.HistoryEntry{}, chargeonce.Errorf(chargeonce.EINVALID, "a refund is resolved succeeded, failed or canceled, not %q", c.RefundStatus)
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var n int
-		if err := tx.QueryRow(ctx, keyCompleteSQL,
-			c.MerchantID, c.Key, c.Token, c.ResponseStatus, c.ResponseBody, string(c.ChargeStatus), c.DeclineCode, c.TTL,
+		// The statement attempts and recovery settle with, for the
+		// record's kind (a refund's gives a failed refund's amount back).
+		sql, status, detail := keyCompleteSQL, string(c.ChargeStatus), c.DeclineCode
+		if c.Kind == chargeonce.KindRefund {
+			sql, status, detail = refundCompleteSQL, string(c.RefundStatus), c.FailureReason
+		}
+		if err := tx.QueryRow(ctx, sql,
+			c.MerchantID, c.Key, c.Token, c.ResponseStatus, c.ResponseBody, status, detail, c.TTL,
 		).Scan(&n); err != nil {
 			return err
 		}

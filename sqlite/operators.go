@@ -40,18 +40,23 @@ func (h *historyRow) entry() *chargeonce.HistoryEntry {
 	}
 }
 
-// ChargesListStuck pages through the processing records of every merchant,
-// oldest first, with each one's newest history entry. The partial index on
-// lease_until holds only processing records, which are few.
+// ChargesListStuck pages through the processing records of every merchant
+// and of either kind (a charge's, or a refund's with its charge), oldest
+// first, with each one's newest history entry and whether a live lease
+// holds it (computed in the statement; such records are left out unless
+// p.IncludeLeased). The partial index on lease_until holds only processing
+// records, which are few.
 func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListParams) (chargeonce.StuckPage, error) {
 	if err := p.Check(); err != nil {
 		return chargeonce.StuckPage{}, err
 	}
 	var afterAt sql.NullInt64
 	if p.After != "" {
-		err := s.rdb.QueryRowContext(ctx, `SELECT created_at FROM charges WHERE id = ?1`, p.After).Scan(&afterAt)
+		err := s.rdb.QueryRowContext(ctx, `
+SELECT created_at FROM charges WHERE id = ?1
+UNION ALL SELECT created_at FROM refunds WHERE id = ?1`, p.After).Scan(&afterAt)
 		if errors.Is(err, sql.ErrNoRows) {
-			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge; %q is not", p.After)
+			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge or a refund; %q is not", p.After)
 		}
 		if err != nil {
 			return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
@@ -59,17 +64,20 @@ func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListPara
 	}
 	rows, err := s.rdb.QueryContext(ctx, `
 SELECT `+chargeColumnsC+`,
-	`+nowMicros+` - c.created_at, k.recovery_attempts, k.lease_until, `+historyColumnsH+`
-FROM idempotency_keys k
-JOIN charges c ON c.id = k.charge_id
+	`+nowMicros+` - coalesce(r.created_at, c.created_at), k.recovery_attempts, k.lease_until,
+	k.lease_held AND k.lease_until > `+nowMicros+`,
+	r.id, r.amount_cents, r.currency, r.status, r.reason, r.created_at, `+historyColumnsH+`
+`+keysFrom+`
 LEFT JOIN charge_history h ON h.id = (
-	SELECT max(hh.id) FROM charge_history hh WHERE hh.charge_id = c.id)
+	SELECT max(hh.id) FROM charge_history hh WHERE hh.charge_id = k.charge_id)
 WHERE k.state = 'processing'
 	AND (?1 = '' OR k.merchant_id = ?1)
-	AND c.created_at <= `+nowMicros+` - ?2
-	AND (?3 IS NULL OR c.created_at > ?3 OR (c.created_at = ?3 AND c.id > ?4))
-ORDER BY c.created_at, c.id
-LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1)
+	AND coalesce(r.created_at, c.created_at) <= `+nowMicros+` - ?2
+	AND (?3 IS NULL OR coalesce(r.created_at, c.created_at) > ?3
+		OR (coalesce(r.created_at, c.created_at) = ?3 AND k.charge_id > ?4))
+	AND (?6 OR NOT (k.lease_held AND k.lease_until > `+nowMicros+`))
+ORDER BY coalesce(r.created_at, c.created_at), k.charge_id
+LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1, p.IncludeLeased)
 	if err != nil {
 		return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
 	}
@@ -77,19 +85,30 @@ LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1)
 	var page chargeonce.StuckPage
 	for rows.Next() {
 		var (
-			cr         chargeRow
-			h          historyRow
-			age, lease int64
-			attempts   int
+			cr                            chargeRow
+			h                             historyRow
+			age, lease                    int64
+			attempts                      int
+			inFlight                      bool
+			rID, rCurrency, rStatus, rWhy sql.NullString
+			rAmount, rAt                  sql.NullInt64
 		)
-		dest := append(cr.dest(), &age, &attempts, &lease)
+		dest := append(cr.dest(), &age, &attempts, &lease, &inFlight, &rID, &rAmount, &rCurrency, &rStatus, &rWhy, &rAt)
 		if err := rows.Scan(append(dest, h.dest()...)...); err != nil {
 			return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
 		}
-		page.Charges = append(page.Charges, chargeonce.StuckCharge{
+		sc := chargeonce.StuckCharge{
 			Charge: cr.charge(), Age: time.Duration(age) * time.Microsecond,
-			Attempts: attempts, NextAttempt: fromMicros(lease), Last: h.entry(),
-		})
+			Attempts: attempts, NextAttempt: fromMicros(lease), Last: h.entry(), InFlight: inFlight,
+		}
+		if rID.Valid {
+			sc.Refund = &chargeonce.Refund{
+				ID: rID.String, MerchantID: sc.Charge.MerchantID, ChargeID: sc.Charge.ID, AmountCents: rAmount.Int64,
+				Currency: rCurrency.String, Status: chargeonce.RefundStatus(rStatus.String), Reason: rWhy.String,
+				CreatedAt: fromMicros(rAt.Int64),
+			}
+		}
+		page.Charges = append(page.Charges, sc)
 	}
 	if err := rows.Err(); err != nil {
 		return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
@@ -116,12 +135,14 @@ func (s *Store) inspect(ctx context.Context, query func(context.Context, string,
 		updated, age    int64
 		state           sql.NullString
 		attempts, lease sql.NullInt64
+		inFlight        sql.NullBool
 	)
 	err := query(ctx, `
-SELECT `+chargeColumnsC+`, c.updated_at, `+nowMicros+` - c.created_at, k.state, k.recovery_attempts, k.lease_until
+SELECT `+chargeColumnsC+`, c.updated_at, `+nowMicros+` - c.created_at, k.state, k.recovery_attempts, k.lease_until,
+	k.state = 'processing' AND k.lease_held AND k.lease_until > `+nowMicros+`
 FROM charges c
 LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
-WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, &lease)...)
+WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, &lease, &inFlight)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
@@ -132,6 +153,7 @@ WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, 
 	if state.Valid {
 		in.HasRecord, in.State = true, chargeonce.KeyState(state.String)
 		in.Attempts, in.NextAttempt = int(attempts.Int64), fromMicros(lease.Int64)
+		in.InFlight = inFlight.Bool
 	}
 	return in, nil
 }
@@ -213,49 +235,59 @@ func (s *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.History
 	})
 }
 
-// ChargeResolveClaim gives a charge's processing record to an operator's
-// resolution when nobody drives it: its lease ended, or its owner let go
-// and the rest is a back-off (lease_held). An attempt or recovery pass in
-// flight keeps it (ELEASED): taking it over would let the resolution
-// settle while that attempt's capture may still land.
-func (s *Store) ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
-	if !chargeonce.ValidText(chargeID) {
-		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", chargeID)
+// ChargeResolveClaim gives the processing record of a charge, or of a
+// refund (id re_…), to an operator's resolution when nobody drives it: its
+// lease ended, or its owner let go and the rest is a back-off
+// (lease_held). An attempt or recovery pass in flight keeps it (ELEASED):
+// taking it over would let the resolution settle while that attempt's
+// capture or refund may still land.
+func (s *Store) ChargeResolveClaim(ctx context.Context, id, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
+	what := "charge"
+	if strings.HasPrefix(id, "re_") {
+		what = "refund"
 	}
+	if !chargeonce.ValidText(id) {
+		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", what, id)
+	}
+	// The record guarding id: a charge's, or a refund's.
+	const guarding = `(merchant_id, key) IN (
+	SELECT merchant_id, idempotency_key FROM charges WHERE id = ?1
+	UNION ALL SELECT merchant_id, idempotency_key FROM refunds WHERE id = ?1)
+	AND charge_id = ?1 AND state = 'processing'`
 	var rec chargeonce.KeyRecord
-	err := s.write(ctx, "claiming a charge for resolution", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.write(ctx, "claiming a "+what+" for resolution", func(ctx context.Context, tx *sql.Tx) error {
 		var rowid int64
 		err := tx.QueryRowContext(ctx, `
 UPDATE idempotency_keys
 SET token = ?2, lease_until = `+nowMicros+` + ?3, lease_held = 1, updated_at = `+nowMicros+`
-WHERE (merchant_id, key) = (SELECT merchant_id, idempotency_key FROM charges WHERE id = ?1)
-	AND charge_id = ?1 AND state = 'processing'
+WHERE `+guarding+`
 	AND (lease_until <= `+nowMicros+` OR lease_held = 0)
-RETURNING rowid`, chargeID, newToken, micros(lease)).Scan(&rowid)
+RETURNING rowid`, id, newToken, micros(lease)).Scan(&rowid)
 		if errors.Is(err, sql.ErrNoRows) {
 			var remaining int64 // µs
 			err := tx.QueryRowContext(ctx, `
-SELECT max(0, k.lease_until - `+nowMicros+`)
-FROM charges c JOIN idempotency_keys k
-	ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
-WHERE c.id = ?1 AND k.state = 'processing'`, chargeID).Scan(&remaining)
+SELECT max(0, lease_until - `+nowMicros+`) FROM idempotency_keys WHERE `+guarding, id).Scan(&remaining)
 			if err == nil {
-				return chargeonce.LeasedError(chargeID, time.Duration(remaining)*time.Microsecond)
+				return chargeonce.LeasedError(id, time.Duration(remaining)*time.Microsecond)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
-				return wrap("claiming a charge for resolution", err)
+				return wrap("claiming a "+what+" for resolution", err)
 			}
-			if _, ierr := s.inspect(ctx, tx.QueryRowContext, chargeID); ierr != nil {
-				return ierr
+			var exists bool
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM charges WHERE id = ?1) OR EXISTS (SELECT 1 FROM refunds WHERE id = ?1)`, id).Scan(&exists); err != nil {
+				return wrap("claiming a "+what+" for resolution", err)
 			}
-			return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s is no longer processing", chargeID)
+			if !exists {
+				return chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", what, id)
+			}
+			return chargeonce.Errorf(chargeonce.ENOTPROCESSING, "%s %s is no longer processing", what, id)
 		}
 		if err != nil {
-			return wrap("claiming a charge for resolution", err)
+			return wrap("claiming a "+what+" for resolution", err)
 		}
 		rec, _, err = scanKey(tx.QueryRowContext(ctx, sqlKeySelectRowid, rowid))
 		if err != nil {
-			return wrap("claiming a charge for resolution", err)
+			return wrap("claiming a "+what+" for resolution", err)
 		}
 		return nil
 	})

@@ -25,6 +25,8 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"StuckListAcrossMerchants", testStuckListAcrossMerchants},
 		{"StuckListPages", testStuckListPages},
 		{"StuckListBadParams", testStuckListBadParams},
+		{"StuckListLeavesOutLiveLeases", testStuckListLeavesOutLiveLeases},
+		{"StuckRefundsListedAndResolved", testStuckRefundsListedAndResolved},
 		{"CommonPathWritesNoHistory", testCommonPathWritesNoHistory},
 		{"HistoryAppendsInOrder", testHistoryAppendsInOrder},
 		{"ResolveTakesOverAndAudits", testResolveTakesOverAndAudits},
@@ -59,10 +61,13 @@ func stuckIDs(t *testing.T, o chargeonce.OperatorStore, p chargeonce.StuckListPa
 			t.Fatalf("ChargesListStuck(%+v): %v", p, err)
 		}
 		for _, c := range page.Charges {
-			if c.Charge.Status != chargeonce.StatusProcessing {
+			if c.Refund == nil && c.Charge.Status != chargeonce.StatusProcessing {
 				t.Fatalf("stuck list holds %s, which is %s", c.Charge.ID, c.Charge.Status)
 			}
-			ids = append(ids, c.Charge.ID)
+			if c.Refund != nil && c.Refund.Status != chargeonce.RefundPending {
+				t.Fatalf("stuck list holds refund %s, which is %s", c.Refund.ID, c.Refund.Status)
+			}
+			ids = append(ids, c.ObjectID())
 		}
 		if !page.HasMore {
 			return ids
@@ -70,7 +75,7 @@ func stuckIDs(t *testing.T, o chargeonce.OperatorStore, p chargeonce.StuckListPa
 		if len(page.Charges) == 0 {
 			t.Fatal("a page with has_more holds no charge")
 		}
-		p.After = page.Charges[len(page.Charges)-1].Charge.ID
+		p.After = page.Charges[len(page.Charges)-1].ObjectID()
 	}
 	t.Fatal("the stuck list never ended")
 	return nil
@@ -129,17 +134,17 @@ func testStuckListAcrossMerchants(t *testing.T, s chargeonce.Store, o chargeonce
 		t.Fatalf("HistoryAppend: %v", err)
 	}
 
-	all := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50})
+	all := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, IncludeLeased: true})
 	if want := oldestFirst(t, o, append(slices.Clone(acme), globex...)); !slices.Equal(all, want) {
 		t.Fatalf("stuck list = %v, want oldest first %v", all, want)
 	}
-	if got, want := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, MerchantID: "globex"}), oldestFirst(t, o, globex); !slices.Equal(got, want) {
+	if got, want := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, MerchantID: "globex", IncludeLeased: true}), oldestFirst(t, o, globex); !slices.Equal(got, want) {
 		t.Fatalf("stuck list of globex = %v, want %v", got, want)
 	}
-	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, OlderThan: time.Hour}); len(got) != 0 {
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50, OlderThan: time.Hour, IncludeLeased: true}); len(got) != 0 {
 		t.Fatalf("stuck list older than 1h = %v, want none", got)
 	}
-	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, MerchantID: "acme"})
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, MerchantID: "acme", IncludeLeased: true})
 	if err != nil {
 		t.Fatalf("ChargesListStuck: %v", err)
 	}
@@ -171,20 +176,132 @@ func testStuckListPages(t *testing.T, s chargeonce.Store, o chargeonce.OperatorS
 	}
 	want := oldestFirst(t, o, ids)
 	for _, limit := range []int{1, 2, 3, 7, 8} {
-		if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: limit}); !slices.Equal(got, want) {
+		if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: limit, IncludeLeased: true}); !slices.Equal(got, want) {
 			t.Fatalf("pages of %d = %v, want %v", limit, got, want)
 		}
 	}
 	// A cursor that was settled meanwhile still marks its place.
-	first, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 3})
+	first, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 3, IncludeLeased: true})
 	if err != nil || len(first.Charges) != 3 || !first.HasMore {
 		t.Fatalf("first page = %+v, %v; want 3 with more", first, err)
 	}
 	last := first.Charges[2]
 	complete(t, s, last.Charge.MerchantID, last.Charge.IdempotencyKey, get(t, s, last.Charge.MerchantID, last.Charge.IdempotencyKey).Token, []byte(`{}`))
-	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 2, After: last.Charge.ID}); !slices.Equal(got, want[3:]) {
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 2, After: last.Charge.ID, IncludeLeased: true}); !slices.Equal(got, want[3:]) {
 		t.Fatalf("after a settled cursor = %v, want %v", got, want[3:])
 	}
+}
+
+// testStuckListLeavesOutLiveLeases: a charge an attempt drives under a
+// live lease is not listed unless asked (its capture may still be
+// answered), and is marked in flight when it is; one recovery backed off,
+// and one whose driver died (its lease ended, still held), are listed.
+func testStuckListLeavesOutLiveLeases(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	live := newIntent("acme", "live")
+	insert(t, s, live)
+	backedOff := newIntent("acme", "backed-off")
+	insert(t, s, backedOff)
+	if err := s.KeyLeaseSet(t.Context(), "acme", "backed-off", backedOff.Token, 10*time.Minute, true); err != nil {
+		t.Fatalf("KeyLeaseSet: %v", err)
+	}
+	died := newIntent("acme", "died")
+	died.Lease = time.Millisecond
+	insert(t, s, died)
+	time.Sleep(20 * time.Millisecond)
+
+	want := oldestFirst(t, o, []string{backedOff.Charge.ID, died.Charge.ID})
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 50}); !slices.Equal(got, want) {
+		t.Fatalf("stuck list = %v, want %v (the live lease left out)", got, want)
+	}
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, IncludeLeased: true})
+	if err != nil {
+		t.Fatalf("ChargesListStuck: %v", err)
+	}
+	inFlight := map[string]bool{}
+	for _, c := range page.Charges {
+		inFlight[c.Charge.ID] = c.InFlight
+	}
+	if len(inFlight) != 3 || !inFlight[live.Charge.ID] || inFlight[backedOff.Charge.ID] || inFlight[died.Charge.ID] {
+		t.Fatalf("with IncludeLeased, in flight = %v; want all three, only %s in flight", inFlight, live.Charge.ID)
+	}
+	// Paging with IncludeLeased off skips the live one on every page.
+	if got := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 1}); !slices.Equal(got, want) {
+		t.Fatalf("pages of 1 = %v, want %v", got, want)
+	}
+}
+
+// testStuckRefundsListedAndResolved: a pending refund nobody drives is
+// listed with its charge, after the charges and refunds older than it; an
+// operator's claim takes it (and not one under a live lease), and the
+// resolution settles it with the statement refunds settle with (a failed
+// refund gives its amount back to the charge) and appends the audit entry
+// under the refund's id, once.
+func testStuckRefundsListedAndResolved(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	ch := capturedCharge(t, s, "acme", 1000)
+	stuck := newRefund(ch, "rf-stuck", 400)
+	stuck.Lease = time.Millisecond
+	insertRefund(t, s, stuck)
+	live := newRefund(ch, "rf-live", 400)
+	insertRefund(t, s, live)
+	lateCharge := newIntent("acme", "late")
+	lateCharge.Lease = time.Millisecond
+	insert(t, s, lateCharge)
+	time.Sleep(20 * time.Millisecond)
+
+	if got, want := stuckIDs(t, o, chargeonce.StuckListParams{Limit: 1}), []string{stuck.Refund.ID, lateCharge.Charge.ID}; !slices.Equal(got, want) {
+		t.Fatalf("stuck list in pages of 1 = %v, want %v (the refund under a live lease left out)", got, want)
+	}
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 50, IncludeLeased: true})
+	if err != nil {
+		t.Fatalf("ChargesListStuck: %v", err)
+	}
+	if len(page.Charges) != 3 {
+		t.Fatalf("with IncludeLeased: %d rows, want 3", len(page.Charges))
+	}
+	r := page.Charges[0]
+	if r.Kind() != chargeonce.KindRefund || r.Refund.ID != stuck.Refund.ID || r.Charge.ID != ch.ID || r.Charge.Status != chargeonce.StatusCaptured ||
+		r.Refund.AmountCents != 400 || r.Refund.Currency != ch.Currency || r.InFlight || r.Age < 0 || r.Age > time.Minute {
+		t.Fatalf("the stuck refund's row: %+v (refund %+v)", r, r.Refund)
+	}
+	if page.Charges[2].Kind() != chargeonce.KindCharge || page.Charges[1].Refund == nil || !page.Charges[1].InFlight {
+		t.Fatalf("rows: %+v", page.Charges)
+	}
+
+	_, err = o.ChargeResolveClaim(t.Context(), live.Refund.ID, "tok_op", time.Minute)
+	wantCode(t, "claiming a refund under a live lease", err, chargeonce.ELEASED)
+	_, err = o.ChargeResolveClaim(t.Context(), "re_nope", "tok_op", time.Minute)
+	wantCode(t, "claiming no refund", err, chargeonce.ENOTFOUND)
+	rec, err := o.ChargeResolveClaim(t.Context(), stuck.Refund.ID, "tok_op", time.Minute)
+	if err != nil || rec.Refund == nil || rec.Refund.ID != stuck.Refund.ID || rec.Token != "tok_op" {
+		t.Fatalf("claiming the stuck refund: %+v, %v", rec, err)
+	}
+	audit, err := o.ChargeResolve(t.Context(), chargeonce.ResolveParams{
+		Complete: chargeonce.KeyCompleteParams{
+			Kind: chargeonce.KindRefund, MerchantID: "acme", Key: rec.Key, Token: "tok_op",
+			RefundStatus: chargeonce.RefundFailed, FailureReason: "operator_failed",
+			ResponseStatus: 201, ResponseBody: []byte(`{"status":"failed"}`), TTL: time.Hour,
+		},
+		Audit: chargeonce.HistoryEntry{ChargeID: stuck.Refund.ID, MerchantID: "acme", Kind: chargeonce.HistoryResolution,
+			Actor: "admin:alice", Outcome: "failed (operator_failed)", Reason: "ticket 9"},
+	})
+	if err != nil || audit.ID == 0 {
+		t.Fatalf("resolving the refund: %+v, %v", audit, err)
+	}
+	rf, err := s.RefundGet(t.Context(), "acme", stuck.Refund.ID)
+	if err != nil || rf.Status != chargeonce.RefundFailed || rf.FailureReason != "operator_failed" {
+		t.Fatalf("the resolved refund: %+v, %v", rf, err)
+	}
+	if got := get(t, s, "acme", "rf-stuck"); got.State != chargeonce.KeyCompleted || string(got.ResponseBody) != `{"status":"failed"}` {
+		t.Fatalf("the refund's record after the resolution: %+v", got)
+	}
+	// The failed refund's 400 went back: 600 remain besides the live 400.
+	insertRefund(t, s, newRefund(ch, "rf-rest", 600))
+	h, err := o.ChargeHistory(t.Context(), stuck.Refund.ID)
+	if err != nil || len(h) != 1 || h[0].Kind != chargeonce.HistoryResolution || h[0].Reason != "ticket 9" {
+		t.Fatalf("the refund's history: %+v, %v", h, err)
+	}
+	_, err = o.ChargeResolveClaim(t.Context(), stuck.Refund.ID, "tok_op2", time.Minute)
+	wantCode(t, "claiming a settled refund", err, chargeonce.ENOTPROCESSING)
 }
 
 func testStuckListBadParams(t *testing.T, _ chargeonce.Store, o chargeonce.OperatorStore) {
