@@ -60,6 +60,7 @@ func TestResolveRacesRecovery(t *testing.T) {
 		wg                sync.WaitGroup
 		start             = make(chan struct{})
 		resolved, refused atomic.Int64
+		unknown           atomic.Int64 // 503: the database did not answer in time
 		mu                sync.Mutex
 		resolvedKeys      = map[string]int{}
 		recoveryPasses    atomic.Int64
@@ -94,6 +95,13 @@ func TestResolveRacesRecovery(t *testing.T) {
 				mu.Unlock()
 			case st == 409 && (problemType(b) == chargeonce.ENOTPROCESSING || problemType(b) == chargeonce.ELEASED):
 				refused.Add(1) // settled first, or recovery holds it now
+			case st == 503 && problemType(b) == chargeonce.EUNAVAILABLE:
+				// On a loaded machine the resolution's statement may outlive
+				// the request's deadline: its outcome is unknown to the
+				// operator (it may have committed). The audit trail below
+				// says what happened.
+				unknown.Add(1)
+				t.Logf("resolve %s: %d %s", c.id, st, b)
 			default:
 				t.Errorf("resolve %s: %d %s", c.id, st, b)
 			}
@@ -109,12 +117,30 @@ func TestResolveRacesRecovery(t *testing.T) {
 	wg.Wait()
 	e.sim.Wait()
 
+	// The audit trail is the operator's side of the story: one entry per
+	// resolution that settled a charge, answered 200 or not.
+	st, b := e.call(t, "GET", "/admin/v1/audit?limit=100", aliceKey, nil)
+	var audit struct{ Data []admin.EntryJSON }
+	if st != 200 || json.Unmarshal(b, &audit) != nil {
+		t.Fatalf("audit trail: %d %s", st, b)
+	}
+	audited := map[string]int{}
+	for _, en := range audit.Data {
+		audited[en.ChargeID]++
+	}
+	if got := int64(len(audit.Data)); got < resolved.Load() || got > resolved.Load()+unknown.Load() {
+		t.Errorf("audit trail holds %d entries for %d resolutions answered 200 and %d unknown", got, resolved.Load(), unknown.Load())
+	}
+
 	counting.mu.Lock()
 	defer counting.mu.Unlock()
 	recovered := 0
 	for _, c := range charges {
-		byRecovery, byOperator := counting.done[c.key], resolvedKeys[c.key]
+		byRecovery, byOperator := counting.done[c.key], audited[c.id]
 		recovered += byRecovery
+		if resolvedKeys[c.key] == 1 && byOperator != 1 {
+			t.Errorf("%s: resolution answered 200, %d audit entries", c.id, byOperator)
+		}
 		if byRecovery+byOperator != 1 {
 			t.Errorf("%s settled %d times by recovery and %d by the operator, want once in all", c.id, byRecovery, byOperator)
 		}
@@ -126,18 +152,10 @@ func TestResolveRacesRecovery(t *testing.T) {
 			t.Errorf("retry of %s: %d %s, want the stored 201 replayed", c.key, r.Status, r.Body)
 		}
 	}
-	st, b := e.call(t, "GET", "/admin/v1/audit?limit=100", aliceKey, nil)
-	var audit struct{ Data []admin.EntryJSON }
-	if st != 200 || json.Unmarshal(b, &audit) != nil {
-		t.Fatalf("audit trail: %d %s", st, b)
-	}
-	if int64(len(audit.Data)) != resolved.Load() {
-		t.Errorf("audit trail holds %d entries for %d resolutions", len(audit.Data), resolved.Load())
-	}
-	t.Logf("%d stuck charges: %d resolved by the operator (%d audit entries), %d refused (already settled, or recovery held it), %d settled by recovery in %d passes; captures per reference at most 1",
-		n, resolved.Load(), len(audit.Data), refused.Load(), recovered, recoveryPasses.Load())
-	if resolved.Load()+int64(recovered) != n || resolved.Load()+refused.Load() != n {
-		t.Fatalf("%d resolved + %d recovered != %d, or %d resolved + %d refused != %d", resolved.Load(), recovered, n, resolved.Load(), refused.Load(), n)
+	t.Logf("%d stuck charges: %d resolved by the operator (%d audit entries), %d refused (already settled, or recovery held it), %d unknown (503), %d settled by recovery in %d passes; captures per reference at most 1",
+		n, resolved.Load(), len(audit.Data), refused.Load(), unknown.Load(), recovered, recoveryPasses.Load())
+	if len(audit.Data)+recovered != n || resolved.Load()+refused.Load()+unknown.Load() != n {
+		t.Fatalf("%d audited + %d recovered != %d, or %d resolved + %d refused + %d unknown != %d", len(audit.Data), recovered, n, resolved.Load(), refused.Load(), unknown.Load(), n)
 	}
 }
 
