@@ -32,6 +32,21 @@ type ReconChargesParams struct {
 	Limit        int
 }
 
+// ReconRefundsParams select one page of the refunds created in [From, To),
+// in (ChargeID, ID) order, after the cursor (AfterCharge, AfterID) ("" for
+// the first page): the order of the acquirer's ledger, whose refunds sit
+// under the reference of the charge they refund.
+//
+// ChargeMax, when not empty, bounds the charges: ChargeID < ChargeMax. A
+// refund is made after its charge, so with time-ordered charge ids the
+// period's end bounds the charges it can refund.
+type ReconRefundsParams struct {
+	From, To             time.Time
+	AfterCharge, AfterID string
+	ChargeMax            string
+	Limit                int
+}
+
 // ReconRun is one stored reconciliation run, keyed by (Acquirer, Period):
 // running the same period against the same acquirer again updates this run
 // rather than adding another.
@@ -63,6 +78,11 @@ type ReconStore interface {
 	// p.After, in id order (byte order, as Go compares strings). Fewer
 	// than p.Limit means the range is exhausted.
 	ChargesListByReference(ctx context.Context, p ReconChargesParams) ([]Charge, error)
+	// RefundsListByChargeReference returns up to p.Limit refunds created
+	// in [p.From, p.To) whose (charge id, id) sorts after (p.AfterCharge,
+	// p.AfterID), in that order (byte order). Fewer than p.Limit means the
+	// range is exhausted.
+	RefundsListByChargeReference(ctx context.Context, p ReconRefundsParams) ([]Refund, error)
 	// ReconRunSave stores run under (run.Acquirer, run.Period): inserted
 	// with Runs = 1 the first time, replacing the report and counting one
 	// more run after that. It returns the run as stored.
@@ -104,7 +124,20 @@ type LedgerEntry struct {
 	// failed for a refund; succeeded for a void.
 	Status    string    `json:"status"`
 	CreatedAt time.Time `json:"created_at"`
+	// Metadata is what the acquirer keeps beside the entry that we sent:
+	// LedgerMetaReference names our id, the join's fallback when the
+	// entry's own reference is missing or unknown.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// LedgerMetaReference is the metadata key under which an acquirer's object
+// carries our id (a charge's, or a refund's): the Stripe adapter writes it
+// on every PaymentIntent it creates.
+const LedgerMetaReference = "chargeonce_reference"
+
+// MetaReference is our id as the entry's metadata carries it, "" when it
+// carries none.
+func (e *LedgerEntry) MetaReference() string { return e.Metadata[LedgerMetaReference] }
 
 // LedgerParams select one page of an acquirer's ledger: the entries
 // created in [From, To), ordered by (ChargeReference, then the order the

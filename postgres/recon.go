@@ -116,3 +116,38 @@ func scanReconRun(row pgx.Row) (chargeonce.ReconRun, error) {
 	run.From, run.To = run.From.UTC(), run.To.UTC()
 	return run, nil
 }
+
+// RefundsListByChargeReference returns one page of the refunds created in
+// [p.From, p.To), in (charge_id, id) order, after (p.AfterCharge,
+// p.AfterID). It walks refunds_charge_reference (migration 0020) from the
+// cursor, below p.ChargeMax when given, and filters on created_at: a run
+// reads the index once, proportional to the refunds of the charges up to
+// the period's end rather than to the period's own.
+func (s *Store) RefundsListByChargeReference(ctx context.Context, p chargeonce.ReconRefundsParams) ([]chargeonce.Refund, error) {
+	if p.Limit <= 0 || p.Limit > chargeonce.ReconMaxPage {
+		return nil, chargeonce.FieldError("limit", "limit must be 1 to %d; got %d", chargeonce.ReconMaxPage, p.Limit)
+	}
+	if !chargeonce.ValidText(p.AfterCharge) || !chargeonce.ValidText(p.AfterID) || !chargeonce.ValidText(p.ChargeMax) {
+		return nil, chargeonce.FieldError("after", "the cursor and bounds must be valid UTF-8 without U+0000")
+	}
+	q, args := refundSelect+`
+WHERE (r.charge_id, r.id) > ($1, $2) AND r.created_at >= $3 AND r.created_at < $4
+ORDER BY r.charge_id, r.id LIMIT $5`, []any{p.AfterCharge, p.AfterID, p.From, p.To, p.Limit}
+	if p.ChargeMax != "" {
+		q, args = refundSelect+`
+WHERE (r.charge_id, r.id) > ($1, $2) AND r.charge_id < $6 AND r.created_at >= $3 AND r.created_at < $4
+ORDER BY r.charge_id, r.id LIMIT $5`, append(args, p.ChargeMax)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing refunds by charge reference: %w", translate(err))
+	}
+	refunds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (chargeonce.Refund, error) { return scanRefund(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing refunds by charge reference: %w", translate(err))
+	}
+	for i := range refunds {
+		refunds[i].CreatedAt = refunds[i].CreatedAt.UTC()
+	}
+	return refunds, nil
+}

@@ -26,7 +26,7 @@ var CSVHeader = []string{
 	"type", "reference", "merchant", "order_id",
 	"our_status", "our_amount_cents", "our_currency", "our_created_at",
 	"acquirer_status", "acquirer_amount_cents", "acquirer_currency", "acquirer_ids",
-	"detail",
+	"detail", "kind", "object_reference", "joined_by",
 }
 
 // WriteCSV writes the report's mismatches as CSV (RFC 4180), a header row
@@ -51,7 +51,7 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 			string(m.Type), m.Reference, m.Merchant, strconv.FormatInt(m.OrderID, 10),
 			m.OurStatus, amount(m.OurAmountCents, m.OurStatus != ""), m.OurCurrency, created,
 			m.AcquirerStatus, amount(m.AcquirerAmountCents, m.AcquirerStatus != ""), m.AcquirerCurrency,
-			strings.Join(m.AcquirerIDs, " "), m.Detail,
+			strings.Join(m.AcquirerIDs, " "), m.Detail, string(m.Kind), m.ObjectReference, m.JoinedBy,
 		}); err != nil {
 			return fmt.Errorf("recon: writing the CSV report: %w", err)
 		}

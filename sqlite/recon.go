@@ -109,3 +109,43 @@ func scanReconRun(row *sql.Row) (chargeonce.ReconRun, error) {
 	run.From, run.To, run.CreatedAt, run.UpdatedAt = fromMicros(from), fromMicros(to), fromMicros(created), fromMicros(updated)
 	return run, nil
 }
+
+// RefundsListByChargeReference returns one page of the refunds created in
+// [p.From, p.To), in (charge_id, id) order, after (p.AfterCharge,
+// p.AfterID), walking refunds_charge_reference (migration 0020) from the
+// cursor, below p.ChargeMax when given.
+func (s *Store) RefundsListByChargeReference(ctx context.Context, p chargeonce.ReconRefundsParams) ([]chargeonce.Refund, error) {
+	if p.Limit <= 0 || p.Limit > chargeonce.ReconMaxPage {
+		return nil, chargeonce.FieldError("limit", "limit must be 1 to %d; got %d", chargeonce.ReconMaxPage, p.Limit)
+	}
+	q, args := sqlRefundsByChargeReference, []any{p.AfterCharge, p.AfterID, p.From.UnixMicro(), p.To.UnixMicro(), p.Limit}
+	if p.ChargeMax != "" {
+		q, args = sqlRefundsByChargeReferenceBelow, append(args, p.ChargeMax)
+	}
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, wrap("listing refunds by charge reference", err)
+	}
+	defer rows.Close()
+	refunds := make([]chargeonce.Refund, 0, min(p.Limit, 64))
+	for rows.Next() {
+		var r refundRow
+		if err := rows.Scan(r.nullDest()...); err != nil {
+			return nil, wrap("listing refunds by charge reference", err)
+		}
+		refunds = append(refunds, r.refund())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("listing refunds by charge reference", err)
+	}
+	return refunds, nil
+}
+
+const (
+	sqlRefundsByChargeReference = `SELECT ` + refundColumnsR + ` FROM refunds r INDEXED BY refunds_charge_reference
+WHERE (r.charge_id, r.id) > (?1, ?2) AND r.created_at >= ?3 AND r.created_at < ?4
+ORDER BY r.charge_id, r.id LIMIT ?5`
+	sqlRefundsByChargeReferenceBelow = `SELECT ` + refundColumnsR + ` FROM refunds r INDEXED BY refunds_charge_reference
+WHERE (r.charge_id, r.id) > (?1, ?2) AND r.charge_id < ?6 AND r.created_at >= ?3 AND r.created_at < ?4
+ORDER BY r.charge_id, r.id LIMIT ?5`
+)

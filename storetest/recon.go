@@ -20,6 +20,7 @@ func RunRecon(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ChargesByReferenceWalk", testChargesByReferenceWalk},
 		{"ChargesByReferenceRange", testChargesByReferenceRange},
 		{"ChargesByReferenceBadLimit", testChargesByReferenceBadLimit},
+		{"RefundsByChargeReferenceWalk", testRefundsByChargeReferenceWalk},
 		{"RunSaveIsKeyedByPeriod", testRunSaveIsKeyedByPeriod},
 		{"RunSaveConcurrentOneRow", testRunSaveConcurrentOneRow},
 	}
@@ -211,5 +212,59 @@ func testRunSaveConcurrentOneRow(t *testing.T, _ chargeonce.Store, r chargeonce.
 	}
 	if got.Runs != n {
 		t.Errorf("%d concurrent runs of one day stored runs=%d, want %d: one row, every run counted", n, got.Runs, n)
+	}
+}
+
+// testRefundsByChargeReferenceWalk: refunds come in (charge id, id) byte
+// order whatever the page size, within the period and below ChargeMax.
+func testRefundsByChargeReferenceWalk(t *testing.T, s chargeonce.Store, r chargeonce.ReconStore) {
+	byCharge := map[string][]string{"ch_b": {"re_2", "re_1"}, "ch_A": {"re_9"}, "ch_a": {"re_0", "re_5"}}
+	for _, id := range []string{"ch_b", "ch_A", "ch_a"} {
+		p := newIntent("m", "k-"+id)
+		p.Charge.ID = id
+		insert(t, s, p)
+		complete(t, s, p.Charge.MerchantID, p.Charge.IdempotencyKey, p.Token, []byte(`{}`))
+		for _, rid := range byCharge[id] {
+			rp := newRefund(p.Charge, "rk-"+rid, 100)
+			rp.Refund.ID = rid
+			insertRefund(t, s, rp)
+		}
+	}
+	want := []string{"ch_A re_9", "ch_a re_0", "ch_a re_5", "ch_b re_1", "ch_b re_2"}
+	now := time.Now()
+	walk := func(p chargeonce.ReconRefundsParams) []string {
+		var got []string
+		for range 20 {
+			page, err := r.RefundsListByChargeReference(t.Context(), p)
+			if err != nil {
+				t.Fatalf("RefundsListByChargeReference(after %q %q): %v", p.AfterCharge, p.AfterID, err)
+			}
+			for _, rf := range page {
+				got = append(got, rf.ChargeID+" "+rf.ID)
+				p.AfterCharge, p.AfterID = rf.ChargeID, rf.ID
+				if rf.AmountCents != 100 || rf.Currency != "BRL" || rf.MerchantID != "m" || rf.Status != chargeonce.RefundPending || rf.CreatedAt.IsZero() {
+					t.Errorf("refund %+v", rf)
+				}
+			}
+			if len(page) < p.Limit {
+				return got
+			}
+		}
+		t.Fatal("20 pages: the cursor does not advance")
+		return nil
+	}
+	for _, limit := range []int{1, 2, 1000} {
+		if got := walk(chargeonce.ReconRefundsParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), Limit: limit}); !slices.Equal(got, want) {
+			t.Errorf("limit %d: %q, want %q", limit, got, want)
+		}
+		if got := walk(chargeonce.ReconRefundsParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), ChargeMax: "ch_b", Limit: limit}); !slices.Equal(got, want[:3]) {
+			t.Errorf("below ch_b, limit %d: %q, want %q", limit, got, want[:3])
+		}
+	}
+	if got := walk(chargeonce.ReconRefundsParams{From: now.Add(-2 * time.Hour), To: now.Add(-time.Hour), Limit: 10}); len(got) != 0 {
+		t.Errorf("an hour before the refunds: %q, want none", got)
+	}
+	if _, err := r.RefundsListByChargeReference(t.Context(), chargeonce.ReconRefundsParams{From: now, To: now.Add(time.Hour), Limit: chargeonce.ReconMaxPage + 1}); chargeonce.ErrorCode(err) != chargeonce.EINVALID {
+		t.Errorf("limit over the maximum: %v, want EINVALID", err)
 	}
 }
