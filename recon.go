@@ -2,6 +2,8 @@ package chargeonce
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -62,11 +64,48 @@ type ReconRun struct {
 	Counts map[string]int
 	// Report is the run's report as JSON (recon.Report).
 	Report []byte
+	// Merchants are each merchant's share of the run, stored with it; the
+	// first save of a merchant's share writes its reconciliation.completed
+	// event.
+	Merchants []ReconMerchantRun
 	// Runs counts how often the period was reconciled: the latest report
 	// replaced the earlier ones.
 	Runs      int
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// EventReconciliationCompleted is the event a merchant receives when a
+// reconciliation run of a period first counts its charges: its
+// data.object is the merchant's share of the run (ReconMerchantRun), as
+// the latest re-run left it.
+const EventReconciliationCompleted = "reconciliation.completed"
+
+// ReconMerchantRun is one merchant's share of a run: only its own charges,
+// refunds and mismatches, never another merchant's.
+type ReconMerchantRun struct {
+	// ID is derived from (Acquirer, Period, MerchantID) (ReconMerchantRunID).
+	ID         string
+	Acquirer   string
+	Period     string
+	MerchantID string
+	From, To   time.Time
+	Charges    int
+	Refunds    int
+	Matched    int
+	// Counts are the merchant's mismatches by type, every type present.
+	Counts    map[string]int
+	Runs      int
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ReconMerchantRunID names a merchant's share of the run of (acquirer,
+// period): "rcn_" and 24 hex digits of a hash of the three, the same for
+// every re-run, so the share's event is written once.
+func ReconMerchantRunID(acquirer, period, merchant string) string {
+	h := sha256.Sum256([]byte(acquirer + "\x00" + period + "\x00" + merchant))
+	return "rcn_" + hex.EncodeToString(h[:12])
 }
 
 // ReconStore is what reconciliation reads from (and writes its runs to) in
@@ -85,10 +124,18 @@ type ReconStore interface {
 	RefundsListByChargeReference(ctx context.Context, p ReconRefundsParams) ([]Refund, error)
 	// ReconRunSave stores run under (run.Acquirer, run.Period): inserted
 	// with Runs = 1 the first time, replacing the report and counting one
-	// more run after that. It returns the run as stored.
+	// more run after that. It returns the run as stored. In the same
+	// transaction it stores each of run.Merchants the same way, and writes
+	// a reconciliation.completed event for each merchant whose share is new
+	// (its object is the share, its id derived from the share's): an event
+	// per (acquirer, period, merchant), however often the period is run.
 	ReconRunSave(ctx context.Context, run ReconRun) (ReconRun, error)
 	// ReconRunGet returns the stored run, or ENOTFOUND.
 	ReconRunGet(ctx context.Context, acquirer, period string) (ReconRun, error)
+	// ReconMerchantRunGet returns the merchant's share with id (the object
+	// of its reconciliation.completed event); another merchant's is
+	// ENOTFOUND.
+	ReconMerchantRunGet(ctx context.Context, merchantID, id string) (ReconMerchantRun, error)
 }
 
 // LedgerKind is what a ledger entry did with money.

@@ -73,7 +73,10 @@ func (s *Store) ReconRunSave(ctx context.Context, run chargeonce.ReconRun) (char
 	if report == nil {
 		report = []byte{}
 	}
-	return scanReconRun(s.pool.QueryRow(ctx, `INSERT INTO recon_runs
+	var saved chargeonce.ReconRun
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		saved, err = scanReconRun(tx.QueryRow(ctx, `INSERT INTO recon_runs
 	(acquirer, period, period_from, period_to, counts, report)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (acquirer, period) DO UPDATE SET
@@ -81,6 +84,72 @@ ON CONFLICT (acquirer, period) DO UPDATE SET
 	counts = excluded.counts, report = excluded.report,
 	runs = recon_runs.runs + 1, updated_at = now()
 RETURNING `+reconRunColumns, run.Acquirer, run.Period, run.From, run.To, string(counts), report))
+		if err != nil {
+			return err
+		}
+		for _, m := range run.Merchants {
+			if !chargeonce.ValidText(m.MerchantID) || m.MerchantID == "" {
+				return chargeonce.FieldError("merchant_id", "a merchant's share needs a merchant id of valid text")
+			}
+			mc, err := json.Marshal(m.Counts)
+			if err != nil {
+				return fmt.Errorf("encoding run counts: %w", err)
+			}
+			id := chargeonce.ReconMerchantRunID(run.Acquirer, run.Period, m.MerchantID)
+			// The event is written by the statement that first stores the
+			// share: a re-run updates the share and finds the event there.
+			if _, err := tx.Exec(ctx, `WITH share AS (
+	INSERT INTO recon_run_merchants (acquirer, period, merchant_id, id, charges, refunds, matched, counts)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	ON CONFLICT (acquirer, period, merchant_id) DO UPDATE SET
+		charges = excluded.charges, refunds = excluded.refunds, matched = excluded.matched,
+		counts = excluded.counts, updated_at = now()
+	RETURNING id
+)
+INSERT INTO webhook_events (id, merchant_id, charge_id, object_id, type)
+SELECT 'evt_' || share.id, $3, share.id, share.id, $9 FROM share
+ON CONFLICT DO NOTHING`, run.Acquirer, run.Period, m.MerchantID, id, m.Charges, m.Refunds, m.Matched, string(mc), chargeonce.EventReconciliationCompleted); err != nil {
+				return fmt.Errorf("storing a merchant's share of the run: %w", translate(err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if ce := chargeonce.ErrorCode(err); ce != "" && ce != chargeonce.EINTERNAL {
+			return chargeonce.ReconRun{}, err
+		}
+		return chargeonce.ReconRun{}, fmt.Errorf("storing reconciliation run: %w", translate(err))
+	}
+	saved.Merchants = run.Merchants
+	return saved, nil
+}
+
+// ReconMerchantRunGet returns the merchant's share of a run by its id.
+func (s *Store) ReconMerchantRunGet(ctx context.Context, merchantID, id string) (chargeonce.ReconMerchantRun, error) {
+	notFound := chargeonce.Errorf(chargeonce.ENOTFOUND, "reconciliation run %q not found", id)
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.ReconMerchantRun{}, notFound
+	}
+	var (
+		m      chargeonce.ReconMerchantRun
+		counts string
+	)
+	err := s.pool.QueryRow(ctx, `SELECT m.id, m.acquirer, m.period, m.merchant_id, r.period_from, r.period_to,
+	m.charges, m.refunds, m.matched, m.counts, r.runs, m.created_at, m.updated_at
+FROM recon_run_merchants m JOIN recon_runs r ON r.acquirer = m.acquirer AND r.period = m.period
+WHERE m.merchant_id = $1 AND m.id = $2`, merchantID, id).Scan(&m.ID, &m.Acquirer, &m.Period, &m.MerchantID, &m.From, &m.To,
+		&m.Charges, &m.Refunds, &m.Matched, &counts, &m.Runs, &m.CreatedAt, &m.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.ReconMerchantRun{}, notFound
+	}
+	if err != nil {
+		return chargeonce.ReconMerchantRun{}, fmt.Errorf("reading a merchant's share of a run: %w", translate(err))
+	}
+	if err := json.Unmarshal([]byte(counts), &m.Counts); err != nil {
+		return chargeonce.ReconMerchantRun{}, fmt.Errorf("decoding run counts: %w", err)
+	}
+	m.From, m.To, m.CreatedAt, m.UpdatedAt = m.From.UTC(), m.To.UTC(), m.CreatedAt.UTC(), m.UpdatedAt.UTC()
+	return m, nil
 }
 
 // ReconRunGet returns the stored run, or ENOTFOUND.

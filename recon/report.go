@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chargeonce/chargeonce"
 )
 
 // WriteJSON writes the report as one indented JSON object.
@@ -86,4 +88,42 @@ func (rep *Report) WriteMetrics(w io.Writer) error {
 		return fmt.Errorf("recon: writing metrics: %w", err)
 	}
 	return nil
+}
+
+// EncodeMerchantRun renders a merchant's share of a run as the API and the
+// reconciliation.completed event's data.object show it.
+func EncodeMerchantRun(m chargeonce.ReconMerchantRun) []byte {
+	counts := make(map[string]int, len(Types))
+	for _, t := range Types {
+		counts[string(t)] = m.Counts[string(t)]
+	}
+	b, _ := json.Marshal(struct {
+		ID         string         `json:"id"`
+		Object     string         `json:"object"`
+		Acquirer   string         `json:"acquirer"`
+		Period     string         `json:"period"`
+		From       string         `json:"from"`
+		To         string         `json:"to"`
+		Charges    int            `json:"charges"`
+		Refunds    int            `json:"refunds"`
+		Matched    int            `json:"matched"`
+		Mismatches int            `json:"mismatches"`
+		Counts     map[string]int `json:"counts"`
+		Runs       int            `json:"runs"`
+		UpdatedAt  string         `json:"updated_at"`
+	}{
+		ID: m.ID, Object: "reconciliation_run", Acquirer: m.Acquirer, Period: m.Period,
+		From: m.From.UTC().Format(time.RFC3339), To: m.To.UTC().Format(time.RFC3339),
+		Charges: m.Charges, Refunds: m.Refunds, Matched: m.Matched, Mismatches: sum(counts), Counts: counts,
+		Runs: m.Runs, UpdatedAt: m.UpdatedAt.UTC().Format(time.RFC3339Nano),
+	})
+	return b
+}
+
+func sum(counts map[string]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }

@@ -68,14 +68,79 @@ func (s *Store) ReconRunSave(ctx context.Context, run chargeonce.ReconRun) (char
 	if report == nil {
 		report = []byte{}
 	}
-	return scanReconRun(s.wdb.QueryRowContext(ctx, `INSERT INTO recon_runs
-	(acquirer, period, period_from, period_to, counts, report, runs, created_at, updated_at)
+	for _, m := range run.Merchants {
+		if !chargeonce.ValidText(m.MerchantID) || m.MerchantID == "" {
+			return chargeonce.ReconRun{}, chargeonce.FieldError("merchant_id", "a merchant's share needs a merchant id of valid text")
+		}
+	}
+	var saved chargeonce.ReconRun
+	err = s.write(ctx, "storing reconciliation run", func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		saved, err = scanReconRun(tx.QueryRowContext(ctx, `INSERT INTO recon_runs
+		(acquirer, period, period_from, period_to, counts, report, runs, created_at, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, `+nowMicros+`, `+nowMicros+`)
 ON CONFLICT (acquirer, period) DO UPDATE SET
-	period_from = excluded.period_from, period_to = excluded.period_to,
-	counts = excluded.counts, report = excluded.report,
-	runs = recon_runs.runs + 1, updated_at = excluded.updated_at
+		period_from = excluded.period_from, period_to = excluded.period_to,
+		counts = excluded.counts, report = excluded.report,
+		runs = recon_runs.runs + 1, updated_at = excluded.updated_at
 RETURNING `+reconRunColumns, run.Acquirer, run.Period, run.From.UnixMicro(), run.To.UnixMicro(), string(counts), report))
+		if err != nil {
+			return err
+		}
+		for _, m := range run.Merchants {
+			mc, err := json.Marshal(m.Counts)
+			if err != nil {
+				return fmt.Errorf("encoding run counts: %w", err)
+			}
+			id := chargeonce.ReconMerchantRunID(run.Acquirer, run.Period, m.MerchantID)
+			// The event is written with the share's first insert: a re-run
+			// updates the share and finds the event there.
+			if _, err := tx.ExecContext(ctx, `INSERT INTO recon_run_merchants
+	(acquirer, period, merchant_id, id, charges, refunds, matched, counts, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, `+nowMicros+`, `+nowMicros+`)
+ON CONFLICT (acquirer, period, merchant_id) DO UPDATE SET
+	charges = excluded.charges, refunds = excluded.refunds, matched = excluded.matched,
+	counts = excluded.counts, updated_at = excluded.updated_at`,
+				run.Acquirer, run.Period, m.MerchantID, id, m.Charges, m.Refunds, m.Matched, string(mc)); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO webhook_events (id, merchant_id, charge_id, object_id, type, created_at)
+VALUES ('evt_' || ?1, ?2, ?1, ?1, ?3, `+nowMicros+`)`, id, m.MerchantID, chargeonce.EventReconciliationCompleted); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return chargeonce.ReconRun{}, err
+	}
+	saved.Merchants = run.Merchants
+	return saved, nil
+}
+
+// ReconMerchantRunGet returns the merchant's share of a run by its id.
+func (s *Store) ReconMerchantRunGet(ctx context.Context, merchantID, id string) (chargeonce.ReconMerchantRun, error) {
+	var (
+		m                          chargeonce.ReconMerchantRun
+		counts                     string
+		from, to, created, updated int64
+	)
+	err := s.rdb.QueryRowContext(ctx, `SELECT m.id, m.acquirer, m.period, m.merchant_id, r.period_from, r.period_to,
+	m.charges, m.refunds, m.matched, m.counts, r.runs, m.created_at, m.updated_at
+FROM recon_run_merchants m JOIN recon_runs r ON r.acquirer = m.acquirer AND r.period = m.period
+WHERE m.merchant_id = ?1 AND m.id = ?2`, merchantID, id).Scan(&m.ID, &m.Acquirer, &m.Period, &m.MerchantID, &from, &to,
+		&m.Charges, &m.Refunds, &m.Matched, &counts, &m.Runs, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return chargeonce.ReconMerchantRun{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "reconciliation run %q not found", id)
+	}
+	if err != nil {
+		return chargeonce.ReconMerchantRun{}, wrap("reading a merchant's share of a run", err)
+	}
+	if err := json.Unmarshal([]byte(counts), &m.Counts); err != nil {
+		return chargeonce.ReconMerchantRun{}, fmt.Errorf("decoding run counts: %w", err)
+	}
+	m.From, m.To, m.CreatedAt, m.UpdatedAt = fromMicros(from), fromMicros(to), fromMicros(created), fromMicros(updated)
+	return m, nil
 }
 
 // ReconRunGet returns the stored run, or ENOTFOUND.

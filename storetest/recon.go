@@ -23,6 +23,7 @@ func RunRecon(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"RefundsByChargeReferenceWalk", testRefundsByChargeReferenceWalk},
 		{"RunSaveIsKeyedByPeriod", testRunSaveIsKeyedByPeriod},
 		{"RunSaveConcurrentOneRow", testRunSaveConcurrentOneRow},
+		{"RunSaveOneEventPerMerchant", testRunSaveOneEventPerMerchant},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,5 +267,85 @@ func testRefundsByChargeReferenceWalk(t *testing.T, s chargeonce.Store, r charge
 	}
 	if _, err := r.RefundsListByChargeReference(t.Context(), chargeonce.ReconRefundsParams{From: now, To: now.Add(time.Hour), Limit: chargeonce.ReconMaxPage + 1}); chargeonce.ErrorCode(err) != chargeonce.EINVALID {
 		t.Errorf("limit over the maximum: %v, want EINVALID", err)
+	}
+}
+
+// testRunSaveOneEventPerMerchant: saving a period's run writes one
+// reconciliation.completed event per merchant of the run, however often the
+// period is run; it is queued to the endpoints subscribed to it only; its
+// object is the merchant's share as the latest run left it, and no other
+// merchant can read it.
+func testRunSaveOneEventPerMerchant(t *testing.T, s chargeonce.Store, r chargeonce.ReconStore) {
+	m1, m2 := "m-rc1-"+randHex(4), "m-rc2-"+randHex(4)
+	sub, err := s.WebhookEndpointCreate(t.Context(), chargeonce.WebhookEndpoint{
+		ID: "we_" + randHex(8), MerchantID: m1, URL: "https://example.com/recon", Secret: "whsec_" + randHex(16),
+		EnabledEvents: []string{chargeonce.EventReconciliationCompleted},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WebhookEndpointCreate(t.Context(), chargeonce.WebhookEndpoint{
+		ID: "we_" + randHex(8), MerchantID: m2, URL: "https://example.com/captures", Secret: "whsec_" + randHex(16),
+		EnabledEvents: []string{chargeonce.EventChargeCaptured},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		run := chargeonce.ReconRun{Acquirer: "sim", Period: "2026-12-06", From: day, To: day.AddDate(0, 0, 1),
+			Counts: map[string]int{"missing_internal": 2 - i}, Report: []byte(`{}`),
+			Merchants: []chargeonce.ReconMerchantRun{
+				{MerchantID: m1, Charges: 10 + i, Refunds: 1, Matched: 9, Counts: map[string]int{"missing_internal": 2 - i}},
+				{MerchantID: m2, Charges: 5, Matched: 5, Counts: map[string]int{}},
+			}}
+		if _, err := r.ReconRunSave(t.Context(), run); err != nil {
+			t.Fatalf("run %d: %v", i+1, err)
+		}
+	}
+	for _, m := range []string{m1, m2} {
+		page, err := s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: m, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Events) != 1 || page.Events[0].Type != chargeonce.EventReconciliationCompleted || page.Events[0].ObjectID == "" {
+			t.Fatalf("%s's events after three runs: %+v, want one reconciliation.completed", m, page.Events)
+		}
+		ev := page.Events[0]
+		got, err := r.ReconMerchantRunGet(t.Context(), m, ev.ObjectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.MerchantID != m || got.Runs != 3 || got.Acquirer != "sim" || got.Period != "2026-12-06" || !got.From.Equal(day) {
+			t.Errorf("%s's share %+v", m, got)
+		}
+		if m == m1 && (got.Charges != 12 || got.Counts["missing_internal"] != 0) {
+			t.Errorf("m1's share %+v, want the latest run's (12 charges, 0 missing_internal)", got)
+		}
+		other := map[string]string{m1: m2, m2: m1}[m]
+		if _, err := r.ReconMerchantRunGet(t.Context(), other, ev.ObjectID); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+			t.Errorf("%s reading %s's share: %v, want ENOTFOUND", other, m, err)
+		}
+	}
+	var got []chargeonce.WebhookDelivery
+	for range 5 {
+		ds, err := s.WebhookDeliveriesClaim(t.Context(), time.Minute, 100, 100, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Event.MerchantID == m1 || d.Event.MerchantID == m2 {
+				got = append(got, d)
+			}
+		}
+	}
+	if len(got) != 1 || got[0].Endpoint.ID != sub.ID || got[0].Event.Type != chargeonce.EventReconciliationCompleted {
+		t.Errorf("deliveries %+v, want one, of reconciliation.completed to %s", got, sub.ID)
+	}
+	if _, err := r.ReconRunSave(t.Context(), chargeonce.ReconRun{Acquirer: "sim", Period: "x", From: day, To: day.Add(time.Hour),
+		Counts: map[string]int{}, Merchants: []chargeonce.ReconMerchantRun{{MerchantID: ""}}}); chargeonce.ErrorCode(err) != chargeonce.EINVALID {
+		t.Errorf("a share without a merchant: %v, want EINVALID", err)
+	}
+	if _, err := r.ReconRunGet(t.Context(), "sim", "x"); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+		t.Errorf("the run of a refused save: %v, want ENOTFOUND (nothing half-written)", err)
 	}
 }

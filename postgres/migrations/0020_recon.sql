@@ -12,3 +12,23 @@
 -- Reconciliation reads a period's refunds in the acquirer ledger's order,
 -- by the charge they refund, keyset-paged.
 CREATE INDEX IF NOT EXISTS refunds_charge_reference ON refunds (charge_id, id);
+
+-- chargeonce:step
+-- Each merchant's share of a run (what its reconciliation.completed event
+-- carries), replaced by a re-run like the run. id names it as an event's
+-- object: derived from (acquirer, period, merchant), so the event, whose id
+-- is derived from it, is written once per run and merchant, by the
+-- statement that first stores the share (ON CONFLICT DO NOTHING).
+CREATE TABLE IF NOT EXISTS recon_run_merchants (
+    acquirer    text        NOT NULL,
+    period      text        NOT NULL,
+    merchant_id text        NOT NULL,
+    id          text        NOT NULL UNIQUE,
+    charges     integer     NOT NULL,
+    refunds     integer     NOT NULL,
+    matched     integer     NOT NULL,
+    counts      text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (acquirer, period, merchant_id)
+);
