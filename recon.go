@@ -108,6 +108,36 @@ func ReconMerchantRunID(acquirer, period, merchant string) string {
 	return "rcn_" + hex.EncodeToString(h[:12])
 }
 
+// ReconAck is an operator's acknowledgement of one exception of a run: the
+// audit entry of who looked at it, when, and what they found.
+type ReconAck struct {
+	Acquirer, Period string
+	// Type, Reference and ObjectReference name the exception (a
+	// recon.Mismatch's type, reference and object_reference).
+	Type, Reference, ObjectReference string
+	Actor                            string
+	Note                             string
+	At                               time.Time
+}
+
+// MaxReconAckNote bounds an acknowledgement's note, in characters.
+const MaxReconAckNote = 1000
+
+// ReconOps is the operators' side of reconciliation: the runs to look at,
+// and acknowledgements of their exceptions.
+type ReconOps interface {
+	// ReconRunsList returns the latest limit runs, most recently run
+	// first, without their reports.
+	ReconRunsList(ctx context.Context, limit int) ([]ReconRun, error)
+	// ReconAckInsert records a and returns it as stored; an exception
+	// acknowledged before keeps its first acknowledgement, which is
+	// returned instead (the trail is append-only).
+	ReconAckInsert(ctx context.Context, a ReconAck) (ReconAck, error)
+	// ReconAcksList returns the acknowledgements of the run of (acquirer,
+	// period).
+	ReconAcksList(ctx context.Context, acquirer, period string) ([]ReconAck, error)
+}
+
 // ReconStore is what reconciliation reads from (and writes its runs to) in
 // a store. Both stores implement it and pass storetest.RunRecon. It is
 // kept apart from Store: nothing on the charge path needs it.

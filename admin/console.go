@@ -92,6 +92,7 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /admin/bulk", s.page(s.bulkSettle))
 	m.HandleFunc("POST /admin/charges/{id}/resolve", s.page(s.resolveForm))
 	m.HandleFunc("GET /admin/audit", s.page(s.auditPage))
+	s.reconRoutes(m)
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
 	})

@@ -48,7 +48,7 @@ func TestMigration0020OnData(t *testing.T) {
 		}
 	}
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE indexname = 'refunds_charge_reference'`).Scan(&n); err != nil || n != 1 {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE indexname = 'refunds_charge_reference' AND schemaname = current_schema()`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("refunds_charge_reference after Migrate: %d %v", n, err)
 	}
 	day := time.Now().Add(-time.Hour)

@@ -220,3 +220,65 @@ ORDER BY r.charge_id, r.id LIMIT $5`, append(args, p.ChargeMax)
 	}
 	return refunds, nil
 }
+
+var _ chargeonce.ReconOps = (*Store)(nil)
+
+// ReconRunsList returns the latest runs, most recently run first.
+func (s *Store) ReconRunsList(ctx context.Context, limit int) ([]chargeonce.ReconRun, error) {
+	rows, err := s.pool.Query(ctx, `SELECT acquirer, period, period_from, period_to, counts, ''::bytea, runs, created_at, updated_at
+FROM recon_runs ORDER BY updated_at DESC, acquirer, period LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing reconciliation runs: %w", translate(err))
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (chargeonce.ReconRun, error) { return scanReconRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing reconciliation runs: %w", translate(err))
+	}
+	return runs, nil
+}
+
+// ReconAckInsert records the acknowledgement, or returns the first one.
+func (s *Store) ReconAckInsert(ctx context.Context, a chargeonce.ReconAck) (chargeonce.ReconAck, error) {
+	for _, v := range []string{a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference, a.Actor, a.Note} {
+		if !chargeonce.ValidText(v) {
+			return chargeonce.ReconAck{}, chargeonce.FieldError("note", "an acknowledgement must be valid UTF-8 without U+0000")
+		}
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO recon_acks (acquirer, period, type, reference, object_reference, actor, note)
+VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`, a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference, a.Actor, a.Note); err != nil {
+		return chargeonce.ReconAck{}, fmt.Errorf("acknowledging an exception: %w", translate(err))
+	}
+	var got chargeonce.ReconAck
+	err := s.pool.QueryRow(ctx, `SELECT `+reconAckColumns+` FROM recon_acks
+WHERE acquirer = $1 AND period = $2 AND type = $3 AND reference = $4 AND object_reference = $5`,
+		a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference).Scan(
+		&got.Acquirer, &got.Period, &got.Type, &got.Reference, &got.ObjectReference, &got.Actor, &got.Note, &got.At)
+	if err != nil {
+		return chargeonce.ReconAck{}, fmt.Errorf("reading an acknowledgement: %w", translate(err))
+	}
+	got.At = got.At.UTC()
+	return got, nil
+}
+
+// ReconAcksList returns the run's acknowledgements, oldest first.
+func (s *Store) ReconAcksList(ctx context.Context, acquirer, period string) ([]chargeonce.ReconAck, error) {
+	if !chargeonce.ValidText(acquirer) || !chargeonce.ValidText(period) {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+reconAckColumns+` FROM recon_acks WHERE acquirer = $1 AND period = $2 ORDER BY at, type, reference`, acquirer, period)
+	if err != nil {
+		return nil, fmt.Errorf("listing acknowledgements: %w", translate(err))
+	}
+	acks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (chargeonce.ReconAck, error) {
+		var a chargeonce.ReconAck
+		err := row.Scan(&a.Acquirer, &a.Period, &a.Type, &a.Reference, &a.ObjectReference, &a.Actor, &a.Note, &a.At)
+		a.At = a.At.UTC()
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing acknowledgements: %w", translate(err))
+	}
+	return acks, nil
+}
+
+const reconAckColumns = `acquirer, period, type, reference, object_reference, actor, note, at`

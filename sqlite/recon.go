@@ -214,3 +214,91 @@ ORDER BY r.charge_id, r.id LIMIT ?5`
 WHERE (r.charge_id, r.id) > (?1, ?2) AND r.charge_id < ?6 AND r.created_at >= ?3 AND r.created_at < ?4
 ORDER BY r.charge_id, r.id LIMIT ?5`
 )
+
+var _ chargeonce.ReconOps = (*Store)(nil)
+
+// ReconRunsList returns the latest runs, most recently run first.
+func (s *Store) ReconRunsList(ctx context.Context, limit int) ([]chargeonce.ReconRun, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT acquirer, period, period_from, period_to, counts, runs, created_at, updated_at
+FROM recon_runs ORDER BY updated_at DESC, acquirer, period LIMIT ?1`, limit)
+	if err != nil {
+		return nil, wrap("listing reconciliation runs", err)
+	}
+	defer rows.Close()
+	var runs []chargeonce.ReconRun
+	for rows.Next() {
+		var (
+			run                        chargeonce.ReconRun
+			counts                     string
+			from, to, created, updated int64
+		)
+		if err := rows.Scan(&run.Acquirer, &run.Period, &from, &to, &counts, &run.Runs, &created, &updated); err != nil {
+			return nil, wrap("listing reconciliation runs", err)
+		}
+		if err := json.Unmarshal([]byte(counts), &run.Counts); err != nil {
+			return nil, fmt.Errorf("decoding run counts: %w", err)
+		}
+		run.From, run.To, run.CreatedAt, run.UpdatedAt = fromMicros(from), fromMicros(to), fromMicros(created), fromMicros(updated)
+		runs = append(runs, run)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("listing reconciliation runs", err)
+	}
+	return runs, nil
+}
+
+// ReconAckInsert records the acknowledgement, or returns the first one.
+func (s *Store) ReconAckInsert(ctx context.Context, a chargeonce.ReconAck) (chargeonce.ReconAck, error) {
+	for _, v := range []string{a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference, a.Actor, a.Note} {
+		if !chargeonce.ValidText(v) {
+			return chargeonce.ReconAck{}, chargeonce.FieldError("note", "an acknowledgement must be valid UTF-8 without U+0000")
+		}
+	}
+	err := s.write(ctx, "acknowledging an exception", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO recon_acks (acquirer, period, type, reference, object_reference, actor, note, at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, `+nowMicros+`) ON CONFLICT DO NOTHING`, a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference, a.Actor, a.Note)
+		return err
+	})
+	if err != nil {
+		return chargeonce.ReconAck{}, err
+	}
+	var (
+		got chargeonce.ReconAck
+		at  int64
+	)
+	if err := s.rdb.QueryRowContext(ctx, `SELECT `+reconAckColumns+` FROM recon_acks
+WHERE acquirer = ?1 AND period = ?2 AND type = ?3 AND reference = ?4 AND object_reference = ?5`,
+		a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference).Scan(
+		&got.Acquirer, &got.Period, &got.Type, &got.Reference, &got.ObjectReference, &got.Actor, &got.Note, &at); err != nil {
+		return chargeonce.ReconAck{}, wrap("reading an acknowledgement", err)
+	}
+	got.At = fromMicros(at)
+	return got, nil
+}
+
+// ReconAcksList returns the run's acknowledgements, oldest first.
+func (s *Store) ReconAcksList(ctx context.Context, acquirer, period string) ([]chargeonce.ReconAck, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+reconAckColumns+` FROM recon_acks WHERE acquirer = ?1 AND period = ?2 ORDER BY at, type, reference`, acquirer, period)
+	if err != nil {
+		return nil, wrap("listing acknowledgements", err)
+	}
+	defer rows.Close()
+	var acks []chargeonce.ReconAck
+	for rows.Next() {
+		var (
+			a  chargeonce.ReconAck
+			at int64
+		)
+		if err := rows.Scan(&a.Acquirer, &a.Period, &a.Type, &a.Reference, &a.ObjectReference, &a.Actor, &a.Note, &at); err != nil {
+			return nil, wrap("listing acknowledgements", err)
+		}
+		a.At = fromMicros(at)
+		acks = append(acks, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("listing acknowledgements", err)
+	}
+	return acks, nil
+}
+
+const reconAckColumns = `acquirer, period, type, reference, object_reference, actor, note, at`

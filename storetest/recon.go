@@ -24,6 +24,7 @@ func RunRecon(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"RunSaveIsKeyedByPeriod", testRunSaveIsKeyedByPeriod},
 		{"RunSaveConcurrentOneRow", testRunSaveConcurrentOneRow},
 		{"RunSaveOneEventPerMerchant", testRunSaveOneEventPerMerchant},
+		{"AcksAppendOnly", testAcksAppendOnly},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,5 +348,43 @@ func testRunSaveOneEventPerMerchant(t *testing.T, s chargeonce.Store, r chargeon
 	}
 	if _, err := r.ReconRunGet(t.Context(), "sim", "x"); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
 		t.Errorf("the run of a refused save: %v, want ENOTFOUND (nothing half-written)", err)
+	}
+}
+
+// testAcksAppendOnly: runs are listed latest first; an exception is
+// acknowledged once, a second acknowledgement returns the first.
+func testAcksAppendOnly(t *testing.T, s chargeonce.Store, r chargeonce.ReconStore) {
+	ops, ok := s.(chargeonce.ReconOps)
+	if !ok {
+		t.Fatalf("%T does not implement chargeonce.ReconOps", s)
+	}
+	day := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	for _, p := range []string{"2026-12-05", "2026-12-06"} {
+		if _, err := r.ReconRunSave(t.Context(), chargeonce.ReconRun{Acquirer: "sim", Period: p, From: day, To: day.Add(time.Hour),
+			Counts: map[string]int{"missing_internal": 1}, Report: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	runs, err := ops.ReconRunsList(t.Context(), 10)
+	if err != nil || len(runs) != 2 || runs[0].Period != "2026-12-06" || runs[0].Counts["missing_internal"] != 1 {
+		t.Fatalf("ReconRunsList: %+v %v, want the two runs, latest first", runs, err)
+	}
+	a := chargeonce.ReconAck{Acquirer: "sim", Period: "2026-12-06", Type: "missing_internal", Reference: "ch_x", Actor: "alice", Note: "a test capture"}
+	first, err := ops.ReconAckInsert(t.Context(), a)
+	if err != nil || first.Actor != "alice" || first.At.IsZero() {
+		t.Fatalf("ReconAckInsert: %+v %v", first, err)
+	}
+	a.Actor, a.Note = "bob", "again"
+	again, err := ops.ReconAckInsert(t.Context(), a)
+	if err != nil || again.Actor != "alice" || again.Note != "a test capture" || !again.At.Equal(first.At) {
+		t.Errorf("a second acknowledgement: %+v %v, want the first kept", again, err)
+	}
+	acks, err := ops.ReconAcksList(t.Context(), "sim", "2026-12-06")
+	if err != nil || len(acks) != 1 {
+		t.Errorf("ReconAcksList: %+v %v, want one", acks, err)
+	}
+	if acks, err := ops.ReconAcksList(t.Context(), "sim", "2026-12-05"); err != nil || len(acks) != 0 {
+		t.Errorf("another period's acknowledgements: %+v %v", acks, err)
 	}
 }

@@ -32,3 +32,20 @@ CREATE TABLE IF NOT EXISTS recon_run_merchants (
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (acquirer, period, merchant_id)
 );
+
+-- chargeonce:step
+-- An operator's acknowledgement of one exception of a run: who, when, and
+-- why. Append-only, one per exception (a second acknowledgement is
+-- refused); it outlives re-runs of the period, which find the same
+-- exception under the same key.
+CREATE TABLE IF NOT EXISTS recon_acks (
+    acquirer         text        NOT NULL,
+    period           text        NOT NULL,
+    type             text        NOT NULL,
+    reference        text        NOT NULL,
+    object_reference text        NOT NULL DEFAULT '',
+    actor            text        NOT NULL,
+    note             text        NOT NULL,
+    at               timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (acquirer, period, type, reference, object_reference)
+);

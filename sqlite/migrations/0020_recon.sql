@@ -20,3 +20,17 @@ CREATE TABLE IF NOT EXISTS recon_run_merchants (
     updated_at  INTEGER NOT NULL,
     PRIMARY KEY (acquirer, period, merchant_id)
 ) STRICT;
+
+-- An operator's acknowledgement of one exception of a run (see the
+-- PostgreSQL migration).
+CREATE TABLE IF NOT EXISTS recon_acks (
+    acquirer         TEXT    NOT NULL,
+    period           TEXT    NOT NULL,
+    type             TEXT    NOT NULL,
+    reference        TEXT    NOT NULL,
+    object_reference TEXT    NOT NULL DEFAULT '',
+    actor            TEXT    NOT NULL,
+    note             TEXT    NOT NULL,
+    at               INTEGER NOT NULL,
+    PRIMARY KEY (acquirer, period, type, reference, object_reference)
+) STRICT;
