@@ -24,7 +24,8 @@ func TestReconPageInBrowser(t *testing.T) {
 	e := setup(t, "postgres")
 	id, _ := e.stuck(t, "recon-page-key")
 	day := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
-	rep := &recon.Report{Acquirer: "sim", Period: "2026-12-06", From: day, To: day.AddDate(0, 0, 1), Charges: 1,
+	rep := &recon.Report{Acquirer: "sim", Period: "2026-12-06", From: day, To: day.AddDate(0, 0, 1), Charges: 1, LedgerEntries: 1,
+		StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
 		Counts: map[recon.Type]int{recon.MissingAtAcquirer: 1, recon.MissingInternal: 1}, Merchants: map[string]*recon.MerchantSummary{},
 		Mismatches: []recon.Mismatch{
 			{Type: recon.MissingAtAcquirer, Kind: chargeonce.LedgerCapture, Reference: id, Merchant: "demo", OurStatus: "captured", OurAmountCents: 2500, OurCurrency: "BRL",
@@ -76,8 +77,12 @@ func TestReconPageInBrowser(t *testing.T) {
 	if runs := text("#recon-runs"); !strings.Contains(runs, "2026-12-06") || !strings.Contains(runs, "missing_at_acquirer 1") {
 		t.Fatalf("the runs list:\n%s", runs)
 	}
-	if ex := text("#recon-exceptions"); !strings.Contains(ex, id) || !strings.Contains(ex, "ch_unknown") || !strings.Contains(ex, "25.00 BRL") {
+	if ex := text("#recon-exceptions"); !strings.Contains(ex, id) || !strings.Contains(ex, "ch_unknown (no charge of ours)") || !strings.Contains(ex, "25.00 BRL") {
 		t.Fatalf("the exceptions:\n%s", ex)
+	}
+	// A reference we have no charge for has no charge page to link to.
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#recon-exceptions a[href="/admin/charges/ch_unknown"]').length`)); err != nil || n != 0 {
+		t.Errorf("%d links to ch_unknown's page (%v), want none", n, err)
 	}
 
 	do("following an exception to its charge", chromedp.Click(`#recon-exceptions a[href="/admin/charges/`+id+`"]`), chromedp.WaitVisible("#timeline"))
