@@ -2,6 +2,8 @@ package chargeonce
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -32,6 +34,21 @@ type ReconChargesParams struct {
 	Limit        int
 }
 
+// ReconRefundsParams select one page of the refunds created in [From, To),
+// in (ChargeID, ID) order, after the cursor (AfterCharge, AfterID) ("" for
+// the first page): the order of the acquirer's ledger, whose refunds sit
+// under the reference of the charge they refund.
+//
+// ChargeMax, when not empty, bounds the charges: ChargeID < ChargeMax. A
+// refund is made after its charge, so with time-ordered charge ids the
+// period's end bounds the charges it can refund.
+type ReconRefundsParams struct {
+	From, To             time.Time
+	AfterCharge, AfterID string
+	ChargeMax            string
+	Limit                int
+}
+
 // ReconRun is one stored reconciliation run, keyed by (Acquirer, Period):
 // running the same period against the same acquirer again updates this run
 // rather than adding another.
@@ -47,11 +64,78 @@ type ReconRun struct {
 	Counts map[string]int
 	// Report is the run's report as JSON (recon.Report).
 	Report []byte
+	// Merchants are each merchant's share of the run, stored with it; the
+	// first save of a merchant's share writes its reconciliation.completed
+	// event.
+	Merchants []ReconMerchantRun
 	// Runs counts how often the period was reconciled: the latest report
 	// replaced the earlier ones.
 	Runs      int
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// EventReconciliationCompleted is the event a merchant receives when a
+// reconciliation run of a period first counts its charges: its
+// data.object is the merchant's share of the run (ReconMerchantRun), as
+// the latest re-run left it.
+const EventReconciliationCompleted = "reconciliation.completed"
+
+// ReconMerchantRun is one merchant's share of a run: only its own charges,
+// refunds and mismatches, never another merchant's.
+type ReconMerchantRun struct {
+	// ID is derived from (Acquirer, Period, MerchantID) (ReconMerchantRunID).
+	ID         string
+	Acquirer   string
+	Period     string
+	MerchantID string
+	From, To   time.Time
+	Charges    int
+	Refunds    int
+	Matched    int
+	// Counts are the merchant's mismatches by type, every type present.
+	Counts    map[string]int
+	Runs      int
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ReconMerchantRunID names a merchant's share of the run of (acquirer,
+// period): "rcn_" and 24 hex digits of a hash of the three, the same for
+// every re-run, so the share's event is written once.
+func ReconMerchantRunID(acquirer, period, merchant string) string {
+	h := sha256.Sum256([]byte(acquirer + "\x00" + period + "\x00" + merchant))
+	return "rcn_" + hex.EncodeToString(h[:12])
+}
+
+// ReconAck is an operator's acknowledgement of one exception of a run: the
+// audit entry of who looked at it, when, and what they found.
+type ReconAck struct {
+	Acquirer, Period string
+	// Type, Reference and ObjectReference name the exception (a
+	// recon.Mismatch's type, reference and object_reference).
+	Type, Reference, ObjectReference string
+	Actor                            string
+	Note                             string
+	At                               time.Time
+}
+
+// MaxReconAckNote bounds an acknowledgement's note, in characters.
+const MaxReconAckNote = 1000
+
+// ReconOps is the operators' side of reconciliation: the runs to look at,
+// and acknowledgements of their exceptions.
+type ReconOps interface {
+	// ReconRunsList returns the latest limit runs, most recently run
+	// first, without their reports.
+	ReconRunsList(ctx context.Context, limit int) ([]ReconRun, error)
+	// ReconAckInsert records a and returns it as stored; an exception
+	// acknowledged before keeps its first acknowledgement, which is
+	// returned instead (the trail is append-only).
+	ReconAckInsert(ctx context.Context, a ReconAck) (ReconAck, error)
+	// ReconAcksList returns the acknowledgements of the run of (acquirer,
+	// period).
+	ReconAcksList(ctx context.Context, acquirer, period string) ([]ReconAck, error)
 }
 
 // ReconStore is what reconciliation reads from (and writes its runs to) in
@@ -63,12 +147,25 @@ type ReconStore interface {
 	// p.After, in id order (byte order, as Go compares strings). Fewer
 	// than p.Limit means the range is exhausted.
 	ChargesListByReference(ctx context.Context, p ReconChargesParams) ([]Charge, error)
+	// RefundsListByChargeReference returns up to p.Limit refunds created
+	// in [p.From, p.To) whose (charge id, id) sorts after (p.AfterCharge,
+	// p.AfterID), in that order (byte order). Fewer than p.Limit means the
+	// range is exhausted.
+	RefundsListByChargeReference(ctx context.Context, p ReconRefundsParams) ([]Refund, error)
 	// ReconRunSave stores run under (run.Acquirer, run.Period): inserted
 	// with Runs = 1 the first time, replacing the report and counting one
-	// more run after that. It returns the run as stored.
+	// more run after that. It returns the run as stored. In the same
+	// transaction it stores each of run.Merchants the same way, and writes
+	// a reconciliation.completed event for each merchant whose share is new
+	// (its object is the share, its id derived from the share's): an event
+	// per (acquirer, period, merchant), however often the period is run.
 	ReconRunSave(ctx context.Context, run ReconRun) (ReconRun, error)
 	// ReconRunGet returns the stored run, or ENOTFOUND.
 	ReconRunGet(ctx context.Context, acquirer, period string) (ReconRun, error)
+	// ReconMerchantRunGet returns the merchant's share with id (the object
+	// of its reconciliation.completed event); another merchant's is
+	// ENOTFOUND.
+	ReconMerchantRunGet(ctx context.Context, merchantID, id string) (ReconMerchantRun, error)
 }
 
 // LedgerKind is what a ledger entry did with money.
@@ -104,7 +201,20 @@ type LedgerEntry struct {
 	// failed for a refund; succeeded for a void.
 	Status    string    `json:"status"`
 	CreatedAt time.Time `json:"created_at"`
+	// Metadata is what the acquirer keeps beside the entry that we sent:
+	// LedgerMetaReference names our id, the join's fallback when the
+	// entry's own reference is missing or unknown.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// LedgerMetaReference is the metadata key under which an acquirer's object
+// carries our id (a charge's, or a refund's): the Stripe adapter writes it
+// on every PaymentIntent it creates.
+const LedgerMetaReference = "chargeonce_reference"
+
+// MetaReference is our id as the entry's metadata carries it, "" when it
+// carries none.
+func (e *LedgerEntry) MetaReference() string { return e.Metadata[LedgerMetaReference] }
 
 // LedgerParams select one page of an acquirer's ledger: the entries
 // created in [From, To), ordered by (ChargeReference, then the order the

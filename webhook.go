@@ -25,7 +25,7 @@ const (
 )
 
 // EventTypes are the types an endpoint may enable.
-var EventTypes = []string{EventChargeCaptured, EventChargeDeclined}
+var EventTypes = []string{EventChargeCaptured, EventChargeDeclined, EventReconciliationCompleted}
 
 // WebhookSecretOverlap is how long a rotated-out secret keeps signing
 // deliveries beside the new one, so a receiver can switch secrets without

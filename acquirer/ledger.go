@@ -36,6 +36,9 @@ func (l *ledger) add(e chargeonce.LedgerEntry) {
 	if e.ChargeReference == "" {
 		e.ChargeReference = e.Reference
 	}
+	if e.ChargeReference == "" {
+		e.ChargeReference = e.MetaReference() // no reference: filed under our id
+	}
 	l.entries = append(l.entries, e)
 }
 

@@ -97,6 +97,7 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /admin/refunds/{id}", s.page(s.refundPage))
 	m.HandleFunc("POST /admin/refunds/{id}/lookup", s.page(s.refundLookPage))
 	m.HandleFunc("POST /admin/refunds/{id}/resolve", s.page(s.refundResolveForm))
+	s.reconRoutes(m)
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
 	})

@@ -259,6 +259,7 @@ func runChaos(t *testing.T, cfg config) *report {
 	if nf == 0 || total == 0 {
 		t.Errorf("a run with %d faults and %d operations proves nothing", nf, total)
 	}
+	reconcileAfterChaos(t, c, cfg)
 	return r
 }
 

@@ -73,7 +73,10 @@ func (s *Store) ReconRunSave(ctx context.Context, run chargeonce.ReconRun) (char
 	if report == nil {
 		report = []byte{}
 	}
-	return scanReconRun(s.pool.QueryRow(ctx, `INSERT INTO recon_runs
+	var saved chargeonce.ReconRun
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		saved, err = scanReconRun(tx.QueryRow(ctx, `INSERT INTO recon_runs
 	(acquirer, period, period_from, period_to, counts, report)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (acquirer, period) DO UPDATE SET
@@ -81,6 +84,72 @@ ON CONFLICT (acquirer, period) DO UPDATE SET
 	counts = excluded.counts, report = excluded.report,
 	runs = recon_runs.runs + 1, updated_at = now()
 RETURNING `+reconRunColumns, run.Acquirer, run.Period, run.From, run.To, string(counts), report))
+		if err != nil {
+			return err
+		}
+		for _, m := range run.Merchants {
+			if !chargeonce.ValidText(m.MerchantID) || m.MerchantID == "" {
+				return chargeonce.FieldError("merchant_id", "a merchant's share needs a merchant id of valid text")
+			}
+			mc, err := json.Marshal(m.Counts)
+			if err != nil {
+				return fmt.Errorf("encoding run counts: %w", err)
+			}
+			id := chargeonce.ReconMerchantRunID(run.Acquirer, run.Period, m.MerchantID)
+			// The event is written by the statement that first stores the
+			// share: a re-run updates the share and finds the event there.
+			if _, err := tx.Exec(ctx, `WITH share AS (
+	INSERT INTO recon_run_merchants (acquirer, period, merchant_id, id, charges, refunds, matched, counts)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	ON CONFLICT (acquirer, period, merchant_id) DO UPDATE SET
+		charges = excluded.charges, refunds = excluded.refunds, matched = excluded.matched,
+		counts = excluded.counts, updated_at = now()
+	RETURNING id
+)
+INSERT INTO webhook_events (id, merchant_id, charge_id, object_id, type)
+SELECT 'evt_' || share.id, $3, share.id, share.id, $9 FROM share
+ON CONFLICT DO NOTHING`, run.Acquirer, run.Period, m.MerchantID, id, m.Charges, m.Refunds, m.Matched, string(mc), chargeonce.EventReconciliationCompleted); err != nil {
+				return fmt.Errorf("storing a merchant's share of the run: %w", translate(err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if ce := chargeonce.ErrorCode(err); ce != "" && ce != chargeonce.EINTERNAL {
+			return chargeonce.ReconRun{}, err
+		}
+		return chargeonce.ReconRun{}, fmt.Errorf("storing reconciliation run: %w", translate(err))
+	}
+	saved.Merchants = run.Merchants
+	return saved, nil
+}
+
+// ReconMerchantRunGet returns the merchant's share of a run by its id.
+func (s *Store) ReconMerchantRunGet(ctx context.Context, merchantID, id string) (chargeonce.ReconMerchantRun, error) {
+	notFound := chargeonce.Errorf(chargeonce.ENOTFOUND, "reconciliation run %q not found", id)
+	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
+		return chargeonce.ReconMerchantRun{}, notFound
+	}
+	var (
+		m      chargeonce.ReconMerchantRun
+		counts string
+	)
+	err := s.pool.QueryRow(ctx, `SELECT m.id, m.acquirer, m.period, m.merchant_id, r.period_from, r.period_to,
+	m.charges, m.refunds, m.matched, m.counts, r.runs, m.created_at, m.updated_at
+FROM recon_run_merchants m JOIN recon_runs r ON r.acquirer = m.acquirer AND r.period = m.period
+WHERE m.merchant_id = $1 AND m.id = $2`, merchantID, id).Scan(&m.ID, &m.Acquirer, &m.Period, &m.MerchantID, &m.From, &m.To,
+		&m.Charges, &m.Refunds, &m.Matched, &counts, &m.Runs, &m.CreatedAt, &m.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.ReconMerchantRun{}, notFound
+	}
+	if err != nil {
+		return chargeonce.ReconMerchantRun{}, fmt.Errorf("reading a merchant's share of a run: %w", translate(err))
+	}
+	if err := json.Unmarshal([]byte(counts), &m.Counts); err != nil {
+		return chargeonce.ReconMerchantRun{}, fmt.Errorf("decoding run counts: %w", err)
+	}
+	m.From, m.To, m.CreatedAt, m.UpdatedAt = m.From.UTC(), m.To.UTC(), m.CreatedAt.UTC(), m.UpdatedAt.UTC()
+	return m, nil
 }
 
 // ReconRunGet returns the stored run, or ENOTFOUND.
@@ -116,3 +185,100 @@ func scanReconRun(row pgx.Row) (chargeonce.ReconRun, error) {
 	run.From, run.To = run.From.UTC(), run.To.UTC()
 	return run, nil
 }
+
+// RefundsListByChargeReference returns one page of the refunds created in
+// [p.From, p.To), in (charge_id, id) order, after (p.AfterCharge,
+// p.AfterID). It walks refunds_charge_reference (migration 0020) from the
+// cursor, below p.ChargeMax when given, and filters on created_at: a run
+// reads the index once, proportional to the refunds of the charges up to
+// the period's end rather than to the period's own.
+func (s *Store) RefundsListByChargeReference(ctx context.Context, p chargeonce.ReconRefundsParams) ([]chargeonce.Refund, error) {
+	if p.Limit <= 0 || p.Limit > chargeonce.ReconMaxPage {
+		return nil, chargeonce.FieldError("limit", "limit must be 1 to %d; got %d", chargeonce.ReconMaxPage, p.Limit)
+	}
+	if !chargeonce.ValidText(p.AfterCharge) || !chargeonce.ValidText(p.AfterID) || !chargeonce.ValidText(p.ChargeMax) {
+		return nil, chargeonce.FieldError("after", "the cursor and bounds must be valid UTF-8 without U+0000")
+	}
+	q, args := refundSelect+`
+WHERE (r.charge_id, r.id) > ($1, $2) AND r.created_at >= $3 AND r.created_at < $4
+ORDER BY r.charge_id, r.id LIMIT $5`, []any{p.AfterCharge, p.AfterID, p.From, p.To, p.Limit}
+	if p.ChargeMax != "" {
+		q, args = refundSelect+`
+WHERE (r.charge_id, r.id) > ($1, $2) AND r.charge_id < $6 AND r.created_at >= $3 AND r.created_at < $4
+ORDER BY r.charge_id, r.id LIMIT $5`, append(args, p.ChargeMax)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing refunds by charge reference: %w", translate(err))
+	}
+	refunds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (chargeonce.Refund, error) { return scanRefund(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing refunds by charge reference: %w", translate(err))
+	}
+	for i := range refunds {
+		refunds[i].CreatedAt = refunds[i].CreatedAt.UTC()
+	}
+	return refunds, nil
+}
+
+var _ chargeonce.ReconOps = (*Store)(nil)
+
+// ReconRunsList returns the latest runs, most recently run first.
+func (s *Store) ReconRunsList(ctx context.Context, limit int) ([]chargeonce.ReconRun, error) {
+	rows, err := s.pool.Query(ctx, `SELECT acquirer, period, period_from, period_to, counts, ''::bytea, runs, created_at, updated_at
+FROM recon_runs ORDER BY updated_at DESC, acquirer, period LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing reconciliation runs: %w", translate(err))
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (chargeonce.ReconRun, error) { return scanReconRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("listing reconciliation runs: %w", translate(err))
+	}
+	return runs, nil
+}
+
+// ReconAckInsert records the acknowledgement, or returns the first one.
+func (s *Store) ReconAckInsert(ctx context.Context, a chargeonce.ReconAck) (chargeonce.ReconAck, error) {
+	for _, v := range []string{a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference, a.Actor, a.Note} {
+		if !chargeonce.ValidText(v) {
+			return chargeonce.ReconAck{}, chargeonce.FieldError("note", "an acknowledgement must be valid UTF-8 without U+0000")
+		}
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO recon_acks (acquirer, period, type, reference, object_reference, actor, note)
+VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`, a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference, a.Actor, a.Note); err != nil {
+		return chargeonce.ReconAck{}, fmt.Errorf("acknowledging an exception: %w", translate(err))
+	}
+	var got chargeonce.ReconAck
+	err := s.pool.QueryRow(ctx, `SELECT `+reconAckColumns+` FROM recon_acks
+WHERE acquirer = $1 AND period = $2 AND type = $3 AND reference = $4 AND object_reference = $5`,
+		a.Acquirer, a.Period, a.Type, a.Reference, a.ObjectReference).Scan(
+		&got.Acquirer, &got.Period, &got.Type, &got.Reference, &got.ObjectReference, &got.Actor, &got.Note, &got.At)
+	if err != nil {
+		return chargeonce.ReconAck{}, fmt.Errorf("reading an acknowledgement: %w", translate(err))
+	}
+	got.At = got.At.UTC()
+	return got, nil
+}
+
+// ReconAcksList returns the run's acknowledgements, oldest first.
+func (s *Store) ReconAcksList(ctx context.Context, acquirer, period string) ([]chargeonce.ReconAck, error) {
+	if !chargeonce.ValidText(acquirer) || !chargeonce.ValidText(period) {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+reconAckColumns+` FROM recon_acks WHERE acquirer = $1 AND period = $2 ORDER BY at, type, reference`, acquirer, period)
+	if err != nil {
+		return nil, fmt.Errorf("listing acknowledgements: %w", translate(err))
+	}
+	acks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (chargeonce.ReconAck, error) {
+		var a chargeonce.ReconAck
+		err := row.Scan(&a.Acquirer, &a.Period, &a.Type, &a.Reference, &a.ObjectReference, &a.Actor, &a.Note, &a.At)
+		a.At = a.At.UTC()
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing acknowledgements: %w", translate(err))
+	}
+	return acks, nil
+}
+
+const reconAckColumns = `acquirer, period, type, reference, object_reference, actor, note, at`

@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -115,22 +117,45 @@ func chargeIDBound(t time.Time) string {
 
 // Mismatch is one difference, for one reference.
 type Mismatch struct {
-	Type      Type   `json:"type"`
+	Type Type `json:"type"`
+	// Kind is what the difference is about: a capture (our charge and the
+	// acquirer's captures under its reference) or a refund (our refund and
+	// the acquirer's under the refund's reference). Voids and manual
+	// captures will be kinds of their own (chargeonce.LedgerKind).
+	Kind chargeonce.LedgerKind `json:"kind"`
+	// Reference is the charge's reference (our charge id): the join key,
+	// and the charge a refund's mismatch belongs to.
 	Reference string `json:"reference"`
-	Merchant  string `json:"merchant"`
-	OrderID   int64  `json:"order_id"`
-	// Ours is our charge's side, empty when we have no charge.
+	// ObjectReference is the refund's reference (our refund id) for a
+	// refund's mismatch; "" for a capture's.
+	ObjectReference string `json:"object_reference,omitempty"`
+	Merchant        string `json:"merchant"`
+	OrderID         int64  `json:"order_id"`
+	// Ours is our charge's (or refund's) side, empty when we have none.
 	OurStatus      string    `json:"our_status,omitempty"`
 	OurAmountCents int64     `json:"our_amount_cents,omitempty"`
 	OurCurrency    string    `json:"our_currency,omitempty"`
 	OurCreatedAt   time.Time `json:"our_created_at,omitzero"`
-	// The acquirer's side: its first capture's status, amount and
-	// currency, and the ids of every entry it has for the reference.
+	// The acquirer's side: its first capture's (or refund's) status,
+	// amount and currency, and the ids of every entry it has for the
+	// reference.
 	AcquirerStatus      string   `json:"acquirer_status,omitempty"`
 	AcquirerAmountCents int64    `json:"acquirer_amount_cents,omitempty"`
 	AcquirerCurrency    string   `json:"acquirer_currency,omitempty"`
 	AcquirerIDs         []string `json:"acquirer_ids,omitempty"`
-	Detail              string   `json:"detail"`
+	// JoinedBy is "metadata" when the acquirer's object was joined to our
+	// charge by the id in its metadata rather than by its reference.
+	JoinedBy string `json:"joined_by,omitempty"`
+	Detail   string `json:"detail"`
+}
+
+// MerchantSummary is one merchant's share of a run: what the
+// reconciliation.completed event sent to that merchant carries.
+type MerchantSummary struct {
+	Charges int          `json:"charges"`
+	Refunds int          `json:"refunds"`
+	Matched int          `json:"matched"`
+	Counts  map[Type]int `json:"counts"`
 }
 
 // Report is a run's outcome.
@@ -139,24 +164,34 @@ type Report struct {
 	Period   string    `json:"period"`
 	From     time.Time `json:"from"`
 	To       time.Time `json:"to"`
-	// Charges counts our charges created in the period; LedgerEntries the
-	// acquirer's entries joined to the period's references.
+	// Charges counts our charges created in the period, Refunds our
+	// refunds created in it; LedgerEntries the acquirer's entries joined
+	// to the period's references.
 	Charges       int `json:"charges"`
+	Refunds       int `json:"refunds"`
 	LedgerEntries int `json:"ledger_entries"`
 	// Matched counts the period's references on which both sides agree.
 	Matched int `json:"matched"`
 	// Counts has every type, zero included.
-	Counts     map[Type]int `json:"counts"`
-	Mismatches []Mismatch   `json:"mismatches"`
+	Counts map[Type]int `json:"counts"`
+	// Merchants splits the run by merchant (our charge's, or the
+	// acquirer's object's when we have none); a mismatch whose acquirer
+	// object names no merchant is in Counts only.
+	Merchants  map[string]*MerchantSummary `json:"merchants"`
+	Mismatches []Mismatch                  `json:"mismatches"`
 	// Clean is no mismatch of any type, pending included.
 	Clean      bool      `json:"clean"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 }
 
-// Run reconciles the period of opts: it pages through our charges and the
-// acquirer's ledger in reference order, joins them, and returns the report.
-// It writes nothing (Save stores a report).
+// pointRange reads one charge by id through ChargesListByReference: the ids
+// in [ref, ref+"\x01") are ref alone.
+var pointRange = struct{ from, to time.Time }{time.Unix(0, 0).UTC(), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)}
+
+// Run reconciles the period of opts: it pages through our charges, our
+// refunds and the acquirer's ledger in reference order, joins them, and
+// returns the report. It writes nothing (Save stores a report).
 func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Ledger, opts Options) (*Report, error) {
 	if !opts.From.Before(opts.To) {
 		return nil, fmt.Errorf("recon: the period must end after it starts; got %s to %s", opts.From, opts.To)
@@ -173,23 +208,33 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	r := &run{opts: opts, now: opts.Now(), report: &Report{
+	r := &run{opts: opts, now: opts.Now(), store: store, orphans: map[string][]chargeonce.LedgerEntry{}, report: &Report{
 		Acquirer: opts.Acquirer, Period: opts.Period, From: opts.From.UTC(), To: opts.To.UTC(),
-		Counts: make(map[Type]int, len(Types)), Mismatches: []Mismatch{}, StartedAt: time.Now().UTC(),
+		Counts: make(map[Type]int, len(Types)), Merchants: map[string]*MerchantSummary{},
+		Mismatches: []Mismatch{}, StartedAt: time.Now().UTC(),
 	}}
 	for _, t := range Types {
 		r.report.Counts[t] = 0
 	}
 	from, to := opts.From.Add(-opts.Margin), opts.To.Add(opts.Margin)
 	ours := &ourStream{store: store, p: chargeonce.ReconChargesParams{From: from, To: to, Limit: opts.PageSize}}
+	refunds := &refundStream{store: store, p: chargeonce.ReconRefundsParams{From: from, To: to, Limit: opts.PageSize}}
 	if opts.TimeOrderedIDs {
 		ours.p.IDMin, ours.p.IDMax = chargeIDBound(from.Add(-IDClockSkew)), chargeIDBound(to.Add(IDClockSkew))
+		refunds.p.ChargeMax = ours.p.IDMax
 	}
 	theirs := &ledgerStream{ledger: ledger, p: chargeonce.LedgerParams{From: from, To: to, Limit: opts.PageSize}}
 
-	var group []chargeonce.LedgerEntry
+	var (
+		group     []chargeonce.LedgerEntry
+		ourRefund []chargeonce.Refund
+	)
 	for {
 		oc, err := ours.peek(ctx)
+		if err != nil {
+			return nil, err
+		}
+		or, err := refunds.peek(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -197,23 +242,37 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 		if err != nil {
 			return nil, err
 		}
-		if oc == nil && le == nil {
+		if oc == nil && or == nil && le == nil {
 			break
 		}
-		var ref string
-		switch {
-		case oc == nil:
-			ref = le.ChargeReference
-		case le == nil:
-			ref = oc.ID
-		default:
-			ref = min(oc.ID, le.ChargeReference)
+		var refs []string
+		if oc != nil {
+			refs = append(refs, oc.ID)
 		}
+		if or != nil {
+			refs = append(refs, or.ChargeID)
+		}
+		if le != nil {
+			refs = append(refs, le.ChargeReference)
+		}
+		ref := slices.Min(refs)
 		var our *chargeonce.Charge
 		if oc != nil && oc.ID == ref {
 			c := *oc
 			our = &c
 			ours.next()
+		}
+		ourRefund = ourRefund[:0]
+		for {
+			or, err := refunds.peek(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if or == nil || or.ChargeID != ref {
+				break
+			}
+			ourRefund = append(ourRefund, *or)
+			refunds.next()
 		}
 		group = group[:0]
 		for {
@@ -227,7 +286,17 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 			group = append(group, *le)
 			theirs.next()
 		}
-		r.join(ref, our, group)
+		if our == nil && (len(ourRefund) > 0 || hasKind(group, chargeonce.LedgerRefund)) {
+			// A refund of a charge made before the read began: its charge
+			// tells what was captured.
+			if our, err = r.chargeByID(ctx, ref); err != nil {
+				return nil, err
+			}
+		}
+		r.join(ref, our, ourRefund, group)
+	}
+	if err := r.resolveOrphans(ctx); err != nil {
+		return nil, err
 	}
 	rep := r.report
 	rep.Clean = len(rep.Mismatches) == 0
@@ -235,51 +304,147 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 	return rep, nil
 }
 
+func hasKind(entries []chargeonce.LedgerEntry, k chargeonce.LedgerKind) bool {
+	return slices.ContainsFunc(entries, func(e chargeonce.LedgerEntry) bool { return e.Kind == k })
+}
+
 type run struct {
 	opts   Options
 	now    time.Time
+	store  chargeonce.ReconStore
 	report *Report
+	// orphans are the acquirer's captures under a reference we have no
+	// charge for whose metadata names another of our ids, by that id:
+	// joined with it once the whole ledger was read (resolveOrphans). They
+	// are exceptions, so few.
+	orphans map[string][]chargeonce.LedgerEntry
 }
 
 func (r *run) inPeriod(t time.Time) bool {
 	return !t.Before(r.opts.From) && t.Before(r.opts.To)
 }
 
-// join classifies one reference: our charge (nil when we have none) and
-// the acquirer's entries for it, in the order it made them.
-func (r *run) join(ref string, our *chargeonce.Charge, entries []chargeonce.LedgerEntry) {
-	switch {
-	case our != nil && !r.inPeriod(our.CreatedAt):
-		return // another period's charge, read for the margin only
-	case our == nil && (len(entries) == 0 || !r.inPeriod(entries[0].CreatedAt)):
-		return
+// chargeByID reads our charge ref, whenever it was made; nil when we have
+// none.
+func (r *run) chargeByID(ctx context.Context, ref string) (*chargeonce.Charge, error) {
+	if ref == "" || !chargeonce.ValidText(ref) {
+		return nil, nil
 	}
-	if our != nil {
-		r.report.Charges++
+	cs, err := r.store.ChargesListByReference(ctx, chargeonce.ReconChargesParams{
+		From: pointRange.from, To: pointRange.to, IDMin: ref, IDMax: ref + "\x01", Limit: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recon: reading our charge %q: %w", ref, err)
 	}
-	r.report.LedgerEntries += len(entries)
+	if len(cs) == 0 || cs[0].ID != ref {
+		return nil, nil
+	}
+	return &cs[0], nil
+}
 
-	var (
-		captures, captured []chargeonce.LedgerEntry
-		refunded, capSum   int64
-		ids                = make([]string, 0, len(entries))
-	)
+func (r *run) merchant(id string) *MerchantSummary {
+	if id == "" {
+		return nil
+	}
+	m := r.report.Merchants[id]
+	if m == nil {
+		m = &MerchantSummary{Counts: make(map[Type]int, len(Types))}
+		for _, t := range Types {
+			m.Counts[t] = 0
+		}
+		r.report.Merchants[id] = m
+	}
+	return m
+}
+
+func (r *run) add(m Mismatch) {
+	r.report.Mismatches = append(r.report.Mismatches, m)
+	r.report.Counts[m.Type]++
+	if ms := r.merchant(m.Merchant); ms != nil {
+		ms.Counts[m.Type]++
+	}
+}
+
+// join classifies one reference: our charge (nil when we have none), our
+// refunds of it and the acquirer's entries for it, in the order it made
+// them. The charge's capture belongs to the period by our charge's
+// creation (the acquirer's first capture when we have no charge), each
+// refund by its own (ours, else the acquirer's first entry for it).
+func (r *run) join(ref string, our *chargeonce.Charge, refunds []chargeonce.Refund, entries []chargeonce.LedgerEntry) {
+	var captures []chargeonce.LedgerEntry
 	for _, e := range entries {
-		ids = append(ids, e.ID)
-		switch e.Kind {
-		case chargeonce.LedgerCapture:
+		if e.Kind == chargeonce.LedgerCapture {
 			captures = append(captures, e)
-			if e.Status == string(chargeonce.StatusCaptured) {
-				captured = append(captured, e)
-				capSum += e.AmountCents
+		}
+		// Voids (and, with manual capture, authorizations) are not
+		// compared yet: they move no money of their own.
+	}
+	var chargeInPeriod bool
+	switch {
+	case our != nil:
+		chargeInPeriod = r.inPeriod(our.CreatedAt)
+	case len(captures) > 0:
+		chargeInPeriod = r.inPeriod(captures[0].CreatedAt)
+	}
+	found, touched := 0, false
+	if chargeInPeriod && our == nil && len(captures) > 0 && r.orphan(ref, captures) {
+		// Kept for the charge its metadata names (resolveOrphans); the
+		// rest of the reference (refunds under it) is still joined below.
+		captures, chargeInPeriod = nil, false
+	}
+	if chargeInPeriod {
+		touched = true
+		found += r.joinCapture(ref, our, captures, "")
+		if our != nil {
+			r.report.Charges++
+			if ms := r.merchant(our.MerchantID); ms != nil {
+				ms.Charges++
 			}
-		case chargeonce.LedgerRefund:
-			if e.Status != "failed" {
-				refunded += e.AmountCents
+		}
+		r.report.LedgerEntries += len(captures)
+	}
+	f, t := r.joinRefunds(ref, our, refunds, entries, captures, chargeInPeriod)
+	found += f
+	touched = touched || t
+	if touched && found == 0 {
+		r.report.Matched++
+		if our != nil {
+			if ms := r.merchant(our.MerchantID); ms != nil {
+				ms.Matched++
 			}
 		}
 	}
-	m := Mismatch{Reference: ref, AcquirerIDs: ids}
+}
+
+// orphan keeps the captures of a reference we have no charge for when
+// their metadata names another of our ids, to be joined with that charge
+// at the end of the run; it reports whether it kept them.
+func (r *run) orphan(ref string, captures []chargeonce.LedgerEntry) bool {
+	meta := captures[0].MetaReference()
+	if meta == "" || meta == ref {
+		return false
+	}
+	for _, c := range captures {
+		if c.MetaReference() != meta {
+			return false
+		}
+	}
+	r.orphans[meta] = append(r.orphans[meta], captures...)
+	return true
+}
+
+// joinCapture compares our charge with the acquirer's captures under its
+// reference and reports what differs; it returns how many mismatches.
+func (r *run) joinCapture(ref string, our *chargeonce.Charge, captures []chargeonce.LedgerEntry, joinedBy string) int {
+	var captured []chargeonce.LedgerEntry
+	ids := make([]string, 0, len(captures))
+	for _, e := range captures {
+		ids = append(ids, e.ID)
+		if e.Status == string(chargeonce.StatusCaptured) {
+			captured = append(captured, e)
+		}
+	}
+	m := Mismatch{Kind: chargeonce.LedgerCapture, Reference: ref, AcquirerIDs: ids, JoinedBy: joinedBy}
 	if our != nil {
 		m.Merchant, m.OrderID = our.MerchantID, our.OrderID
 		m.OurStatus, m.OurAmountCents, m.OurCurrency, m.OurCreatedAt = string(our.Status), our.AmountCents, our.Currency, our.CreatedAt.UTC()
@@ -298,8 +463,7 @@ func (r *run) join(ref string, our *chargeonce.Charge, entries []chargeonce.Ledg
 	add := func(t Type, format string, args ...any) {
 		mm := m
 		mm.Type, mm.Detail = t, fmt.Sprintf(format, args...)
-		r.report.Mismatches = append(r.report.Mismatches, mm)
-		r.report.Counts[t]++
+		r.add(mm)
 		found++
 	}
 	young := our != nil && r.now.Sub(our.CreatedAt) < r.opts.SettlementWindow
@@ -339,11 +503,277 @@ func (r *run) join(ref string, our *chargeonce.Charge, entries []chargeonce.Ledg
 	if our != nil && len(captured) > 1 {
 		add(DuplicateForIntent, "the acquirer captured %d times under one reference", len(captured))
 	}
-	if refunded > capSum {
-		add(RefundsExceedCapture, "refunds of %d exceed captures of %d (minor units)", refunded, capSum)
+	return found
+}
+
+// refundPair is one refund reference's two sides.
+type refundPair struct {
+	ours   *chargeonce.Refund
+	theirs []chargeonce.LedgerEntry
+}
+
+// movesMoney reports whether an acquirer's refund entry gave (or is
+// giving) money back: anything but failed or canceled.
+func movesMoney(e chargeonce.LedgerEntry) bool {
+	return e.Status != string(chargeonce.RefundFailed) && e.Status != string(chargeonce.RefundCanceled)
+}
+
+// joinRefunds compares our refunds of the charge ref with the acquirer's,
+// by the refund's reference, and the money refunded with what was
+// captured, on both sides. It returns how many mismatches it found and
+// whether the reference had a refund in the period.
+func (r *run) joinRefunds(ref string, our *chargeonce.Charge, refunds []chargeonce.Refund, entries, captures []chargeonce.LedgerEntry, chargeInPeriod bool) (found int, touched bool) {
+	var (
+		keys  []string
+		pairs = map[string]*refundPair{}
+	)
+	pair := func(k string) *refundPair {
+		p := pairs[k]
+		if p == nil {
+			p = &refundPair{}
+			pairs[k] = p
+			keys = append(keys, k)
+		}
+		return p
 	}
-	if found == 0 {
-		r.report.Matched++
+	for i := range refunds {
+		pair(refunds[i].ID).ours = &refunds[i]
+	}
+	for _, e := range entries {
+		if e.Kind == chargeonce.LedgerRefund {
+			p := pair(e.Reference)
+			p.theirs = append(p.theirs, e)
+		}
+	}
+	if len(keys) == 0 {
+		return 0, false
+	}
+	slices.Sort(keys)
+	var ourRefunded, theirRefunded int64
+	merchant := ""
+	if our != nil {
+		merchant = our.MerchantID
+	}
+	for _, k := range keys {
+		p := pairs[k]
+		var created time.Time
+		if p.ours != nil {
+			created = p.ours.CreatedAt
+			if p.ours.Status == chargeonce.RefundSucceeded || p.ours.Status == chargeonce.RefundPending {
+				ourRefunded += p.ours.AmountCents
+			}
+		} else {
+			created = p.theirs[0].CreatedAt
+		}
+		for _, e := range p.theirs {
+			if movesMoney(e) {
+				theirRefunded += e.AmountCents
+			}
+		}
+		if !r.inPeriod(created) {
+			continue
+		}
+		touched = true
+		r.report.LedgerEntries += len(p.theirs)
+		if p.ours != nil {
+			r.report.Refunds++
+			if ms := r.merchant(p.ours.MerchantID); ms != nil {
+				ms.Refunds++
+			}
+		}
+		found += r.joinRefund(ref, k, our, p)
+	}
+	if !touched && !chargeInPeriod {
+		return found, false
+	}
+	// What was captured, on each side: the acquirer's captures read with
+	// the reference, or, for a charge captured before the read began, our
+	// charge's amount (its capture was compared with ours on its own day).
+	var ourCaptured, theirCaptured int64
+	if our != nil && our.Status == chargeonce.StatusCaptured {
+		ourCaptured = our.AmountCents
+	}
+	if len(captures) > 0 {
+		for _, c := range captures {
+			if c.Status == string(chargeonce.StatusCaptured) {
+				theirCaptured += c.AmountCents
+			}
+		}
+	} else if our != nil && !chargeInPeriod {
+		theirCaptured = ourCaptured
+	}
+	if ourRefunded > ourCaptured || theirRefunded > theirCaptured {
+		m := Mismatch{Type: RefundsExceedCapture, Kind: chargeonce.LedgerRefund, Reference: ref, Merchant: merchant,
+			Detail: fmt.Sprintf("refunds of %d exceed captures of %d with us, refunds of %d exceed captures of %d at the acquirer (minor units)",
+				ourRefunded, ourCaptured, theirRefunded, theirCaptured)}
+		if our != nil {
+			m.OrderID, m.OurStatus, m.OurAmountCents, m.OurCurrency, m.OurCreatedAt = our.OrderID, string(our.Status), our.AmountCents, our.Currency, our.CreatedAt.UTC()
+		} else if len(entries) > 0 {
+			m.Merchant = entries[0].Merchant
+		}
+		r.add(m)
+		found++
+	}
+	return found, true
+}
+
+// joinRefund compares one refund reference's two sides.
+func (r *run) joinRefund(ref, key string, charge *chargeonce.Charge, p *refundPair) int {
+	m := Mismatch{Kind: chargeonce.LedgerRefund, Reference: ref, ObjectReference: key}
+	if charge != nil {
+		m.OrderID = charge.OrderID
+	}
+	var moved []chargeonce.LedgerEntry
+	for _, e := range p.theirs {
+		m.AcquirerIDs = append(m.AcquirerIDs, e.ID)
+		if movesMoney(e) {
+			moved = append(moved, e)
+		}
+	}
+	if len(p.theirs) > 0 {
+		first := p.theirs[0]
+		if len(moved) > 0 {
+			first = moved[0]
+		}
+		m.Merchant = first.Merchant
+		m.AcquirerStatus, m.AcquirerAmountCents, m.AcquirerCurrency = first.Status, first.AmountCents, first.Currency
+	}
+	ours := p.ours
+	if ours != nil {
+		m.Merchant = ours.MerchantID
+		m.OurStatus, m.OurAmountCents, m.OurCurrency, m.OurCreatedAt = string(ours.Status), ours.AmountCents, ours.Currency, ours.CreatedAt.UTC()
+	}
+	found := 0
+	add := func(t Type, format string, args ...any) {
+		mm := m
+		mm.Type, mm.Detail = t, fmt.Sprintf(format, args...)
+		r.add(mm)
+		found++
+	}
+	young := ours != nil && r.now.Sub(ours.CreatedAt) < r.opts.SettlementWindow
+	switch {
+	case ours == nil:
+		if len(moved) > 0 {
+			add(MissingInternal, "the acquirer refunded %d time(s) under a reference we have no refund for", len(moved))
+		}
+	case ours.Status == chargeonce.RefundSucceeded && len(p.theirs) == 0:
+		if young {
+			add(Pending, "refunded by us %s ago; the acquirer shows nothing yet", r.now.Sub(ours.CreatedAt).Round(time.Second))
+		} else {
+			add(MissingAtAcquirer, "refunded by us; the acquirer has no refund under the reference")
+		}
+	case ours.Status == chargeonce.RefundSucceeded && len(moved) == 0:
+		add(StatusMismatch, "refunded by us, %s at the acquirer", m.AcquirerStatus)
+	case (ours.Status == chargeonce.RefundFailed || ours.Status == chargeonce.RefundCanceled) && len(moved) > 0:
+		add(StatusMismatch, "%s with us, %s at the acquirer", ours.Status, m.AcquirerStatus)
+	case ours.Status == chargeonce.RefundPending && len(p.theirs) > 0:
+		if young {
+			add(Pending, "pending with us; the acquirer has it %s", m.AcquirerStatus)
+		} else {
+			add(StatusMismatch, "still pending with us past the settlement window; the acquirer has it %s", m.AcquirerStatus)
+		}
+	case ours.Status == chargeonce.RefundPending && young:
+		add(Pending, "pending with us; the acquirer shows nothing yet")
+	}
+	if ours != nil && len(moved) > 0 {
+		if c := moved[0]; c.AmountCents != ours.AmountCents {
+			add(AmountMismatch, "we refunded %d, the acquirer %d (minor units)", ours.AmountCents, c.AmountCents)
+		}
+		if c := moved[0]; !strings.EqualFold(c.Currency, ours.Currency) {
+			add(CurrencyMismatch, "we refunded in %s, the acquirer in %s", ours.Currency, c.Currency)
+		}
+	}
+	if ours != nil && len(moved) > 1 {
+		add(DuplicateForIntent, "the acquirer refunded %d times under one refund reference", len(moved))
+	}
+	return found
+}
+
+// resolveOrphans joins the captures kept by orphan with the charge their
+// metadata names: a charge with nothing at the acquirer under its own
+// reference is joined with them as if they were under it; a charge that
+// was captured under its own reference as well was captured twice
+// (duplicate_for_intent); an id we have no charge for leaves them
+// missing_internal.
+func (r *run) resolveOrphans(ctx context.Context) error {
+	for _, meta := range slices.Sorted(maps.Keys(r.orphans)) {
+		captures := r.orphans[meta]
+		r.report.LedgerEntries += len(captures)
+		our, err := r.chargeByID(ctx, meta)
+		if err != nil {
+			return err
+		}
+		if our == nil {
+			r.joinCapture(captures[0].ChargeReference, nil, captures, "")
+			continue
+		}
+		// What the stream said about the charge's own reference: its
+		// capture's mismatches, and whether it was matched.
+		var (
+			before      []int
+			seen        bool
+			theirStatus string
+		)
+		for i, m := range r.report.Mismatches {
+			if m.Reference != meta {
+				continue
+			}
+			seen = true
+			if m.Kind == chargeonce.LedgerCapture {
+				before = append(before, i)
+				if m.AcquirerStatus != "" {
+					theirStatus = m.AcquirerStatus
+				}
+			}
+		}
+		read := !our.CreatedAt.Before(r.opts.From.Add(-r.opts.Margin)) && our.CreatedAt.Before(r.opts.To.Add(r.opts.Margin))
+		inPeriod := r.inPeriod(our.CreatedAt)
+		wasMatched := inPeriod && !seen
+		capturedBefore := read && (theirStatus == string(chargeonce.StatusCaptured) ||
+			(len(before) == 0 && our.Status == chargeonce.StatusCaptured))
+		if capturedBefore {
+			// Money moved under the charge's reference and again under another.
+			m := Mismatch{Type: DuplicateForIntent, Kind: chargeonce.LedgerCapture, Reference: meta, Merchant: our.MerchantID, OrderID: our.OrderID,
+				OurStatus: string(our.Status), OurAmountCents: our.AmountCents, OurCurrency: our.Currency, OurCreatedAt: our.CreatedAt.UTC(),
+				AcquirerStatus: captures[0].Status, AcquirerAmountCents: captures[0].AmountCents, AcquirerCurrency: captures[0].Currency,
+				JoinedBy: "metadata",
+				Detail:   fmt.Sprintf("the acquirer captured again under reference %q, whose metadata names this charge", captures[0].ChargeReference)}
+			for _, c := range captures {
+				m.AcquirerIDs = append(m.AcquirerIDs, c.ID)
+			}
+			r.add(m)
+		} else {
+			// Nothing under the charge's own reference: these are its captures.
+			r.remove(before)
+			r.joinCapture(meta, our, captures, "metadata")
+		}
+		nowMatched := inPeriod && !slices.ContainsFunc(r.report.Mismatches, func(m Mismatch) bool { return m.Reference == meta })
+		if d := b2i(nowMatched) - b2i(wasMatched); d != 0 {
+			r.report.Matched += d
+			if ms := r.merchant(our.MerchantID); ms != nil {
+				ms.Matched += d
+			}
+		}
+	}
+	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// remove drops the mismatches at the indexes idx (ascending).
+func (r *run) remove(idx []int) {
+	for k := len(idx) - 1; k >= 0; k-- {
+		m := r.report.Mismatches[idx[k]]
+		r.report.Counts[m.Type]--
+		if ms := r.report.Merchants[m.Merchant]; ms != nil {
+			ms.Counts[m.Type]--
+		}
+		r.report.Mismatches = slices.Delete(r.report.Mismatches, idx[k], idx[k]+1)
 	}
 }
 
@@ -424,6 +854,12 @@ func (s *ledgerStream) next() { s.i++ }
 
 // Save stores rep as the run of (rep.Acquirer, rep.Period): the first run
 // of the period is inserted, a re-run replaces it (chargeonce.ReconRun).
+// Each merchant's share is stored with it, and the first run of a period
+// writes each merchant's reconciliation.completed event: one per
+// (acquirer, period, merchant), its object the share as the latest re-run
+// left it. Merchants are told their own counts only; a mismatch whose
+// acquirer object names no merchant is in the run's counts (and its
+// metrics) alone.
 func Save(ctx context.Context, store chargeonce.ReconStore, rep *Report) (chargeonce.ReconRun, error) {
 	body, err := json.Marshal(rep)
 	if err != nil {
@@ -433,11 +869,55 @@ func Save(ctx context.Context, store chargeonce.ReconStore, rep *Report) (charge
 	for t, n := range rep.Counts {
 		counts[string(t)] = n
 	}
+	merchants := make([]chargeonce.ReconMerchantRun, 0, len(rep.Merchants))
+	for _, id := range slices.Sorted(maps.Keys(rep.Merchants)) {
+		ms := rep.Merchants[id]
+		mc := make(map[string]int, len(ms.Counts))
+		for t, n := range ms.Counts {
+			mc[string(t)] = n
+		}
+		merchants = append(merchants, chargeonce.ReconMerchantRun{
+			MerchantID: id, Charges: ms.Charges, Refunds: ms.Refunds, Matched: ms.Matched, Counts: mc,
+		})
+	}
 	run, err := store.ReconRunSave(ctx, chargeonce.ReconRun{
 		Acquirer: rep.Acquirer, Period: rep.Period, From: rep.From, To: rep.To, Counts: counts, Report: body,
+		Merchants: merchants,
 	})
 	if err != nil {
 		return chargeonce.ReconRun{}, fmt.Errorf("recon: storing the run: %w", err)
 	}
 	return run, nil
 }
+
+// refundStream pages through our refunds in (charge reference, id) order.
+type refundStream struct {
+	store chargeonce.ReconStore
+	p     chargeonce.ReconRefundsParams
+	buf   []chargeonce.Refund
+	i     int
+	done  bool
+}
+
+func (s *refundStream) peek(ctx context.Context) (*chargeonce.Refund, error) {
+	for s.i == len(s.buf) {
+		if s.done {
+			return nil, nil
+		}
+		page, err := s.store.RefundsListByChargeReference(ctx, s.p)
+		if err != nil {
+			return nil, fmt.Errorf("recon: reading our refunds after %q %q: %w", s.p.AfterCharge, s.p.AfterID, err)
+		}
+		for _, rf := range page {
+			if rf.ChargeID < s.p.AfterCharge || (rf.ChargeID == s.p.AfterCharge && rf.ID <= s.p.AfterID && s.p.AfterID != "") {
+				return nil, fmt.Errorf("recon: our refunds are not in byte order (%q %q after %q %q)", rf.ChargeID, rf.ID, s.p.AfterCharge, s.p.AfterID)
+			}
+			s.p.AfterCharge, s.p.AfterID = rf.ChargeID, rf.ID
+		}
+		s.buf, s.i = page, 0
+		s.done = len(page) < s.p.Limit
+	}
+	return &s.buf[s.i], nil
+}
+
+func (s *refundStream) next() { s.i++ }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chargeonce/chargeonce"
 )
 
 // WriteJSON writes the report as one indented JSON object.
@@ -26,7 +28,7 @@ var CSVHeader = []string{
 	"type", "reference", "merchant", "order_id",
 	"our_status", "our_amount_cents", "our_currency", "our_created_at",
 	"acquirer_status", "acquirer_amount_cents", "acquirer_currency", "acquirer_ids",
-	"detail",
+	"detail", "kind", "object_reference", "joined_by",
 }
 
 // WriteCSV writes the report's mismatches as CSV (RFC 4180), a header row
@@ -51,7 +53,7 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 			string(m.Type), m.Reference, m.Merchant, strconv.FormatInt(m.OrderID, 10),
 			m.OurStatus, amount(m.OurAmountCents, m.OurStatus != ""), m.OurCurrency, created,
 			m.AcquirerStatus, amount(m.AcquirerAmountCents, m.AcquirerStatus != ""), m.AcquirerCurrency,
-			strings.Join(m.AcquirerIDs, " "), m.Detail,
+			strings.Join(m.AcquirerIDs, " "), m.Detail, string(m.Kind), m.ObjectReference, m.JoinedBy,
 		}); err != nil {
 			return fmt.Errorf("recon: writing the CSV report: %w", err)
 		}
@@ -86,4 +88,42 @@ func (rep *Report) WriteMetrics(w io.Writer) error {
 		return fmt.Errorf("recon: writing metrics: %w", err)
 	}
 	return nil
+}
+
+// EncodeMerchantRun renders a merchant's share of a run as the API and the
+// reconciliation.completed event's data.object show it.
+func EncodeMerchantRun(m chargeonce.ReconMerchantRun) []byte {
+	counts := make(map[string]int, len(Types))
+	for _, t := range Types {
+		counts[string(t)] = m.Counts[string(t)]
+	}
+	b, _ := json.Marshal(struct {
+		ID         string         `json:"id"`
+		Object     string         `json:"object"`
+		Acquirer   string         `json:"acquirer"`
+		Period     string         `json:"period"`
+		From       string         `json:"from"`
+		To         string         `json:"to"`
+		Charges    int            `json:"charges"`
+		Refunds    int            `json:"refunds"`
+		Matched    int            `json:"matched"`
+		Mismatches int            `json:"mismatches"`
+		Counts     map[string]int `json:"counts"`
+		Runs       int            `json:"runs"`
+		UpdatedAt  string         `json:"updated_at"`
+	}{
+		ID: m.ID, Object: "reconciliation_run", Acquirer: m.Acquirer, Period: m.Period,
+		From: m.From.UTC().Format(time.RFC3339), To: m.To.UTC().Format(time.RFC3339),
+		Charges: m.Charges, Refunds: m.Refunds, Matched: m.Matched, Mismatches: sum(counts), Counts: counts,
+		Runs: m.Runs, UpdatedAt: m.UpdatedAt.UTC().Format(time.RFC3339Nano),
+	})
+	return b
+}
+
+func sum(counts map[string]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }

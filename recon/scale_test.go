@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -92,8 +93,33 @@ func BenchmarkReconcileDay(b *testing.B) {
 						}
 					}
 				}()
+				// Half way through the ledger, the live heap: after a
+				// forced collection, what the run (and the simulator's
+				// index) holds, garbage excluded; RECON_BENCH_HEAPPROFILE
+				// writes the heap profile of that moment.
+				var live uint64
+				probe := &probeLedger{Ledger: sim, at: n / chargeonce.ReconDefaultPage / 2, fn: func() {
+					runtime.GC()
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					live = ms.HeapAlloc
+					if path := os.Getenv("RECON_BENCH_HEAPPROFILE"); path != "" && measure {
+						f, err := os.Create(fmt.Sprintf("%s.%s.%d", path, kind, n))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						defer f.Close()
+						if err := pprof.WriteHeapProfile(f); err != nil {
+							b.Error(err)
+						}
+					}
+				}}
+				var baseLive runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&baseLive)
 				start := time.Now()
-				rep, err := recon.Run(context.Background(), rs, sim, recon.Options{
+				rep, err := recon.Run(context.Background(), rs, probe, recon.Options{
 					Acquirer: "sim", Period: day.Format(time.DateOnly), From: day, To: day.AddDate(0, 0, 1), Margin: time.Hour,
 					TimeOrderedIDs: ordered,
 				})
@@ -108,7 +134,10 @@ func BenchmarkReconcileDay(b *testing.B) {
 						rep.Charges, rep.Matched, rep.Counts, n, n-injected, injected, injected)
 				}
 				over := float64(peak.Load()) - float64(base.HeapInuse)
+				b.Logf("%s: live heap half way through the run %.1f MB above the %.1f MB live before it", kind,
+					(float64(live)-float64(baseLive.HeapAlloc))/(1<<20), float64(baseLive.HeapAlloc)/(1<<20))
 				if measure {
+					b.ReportMetric((float64(live)-float64(baseLive.HeapAlloc))/(1<<20), "mid-run-live-MB")
 					debug.SetGCPercent(100)
 					b.ReportMetric(max(over, 0)/(1<<20), "peak-live-heap-MB")
 					b.Logf("%s: with GOGC=5, peak heap in use %.1f MB above the %.1f MB held before the run (the store's pool and the simulator's ledger)",
@@ -210,4 +239,19 @@ func benchID(t time.Time) string {
 	var r [8]byte
 	_, _ = rand.Read(r[:])
 	return fmt.Sprintf("ch_%012x%s", t.UnixMilli(), hex.EncodeToString(r[:]))
+}
+
+// probeLedger calls fn once, before the page number at of the ledger.
+type probeLedger struct {
+	chargeonce.Ledger
+	pages, at int
+	fn        func()
+}
+
+func (p *probeLedger) LedgerList(ctx context.Context, lp chargeonce.LedgerParams) (chargeonce.LedgerPage, error) {
+	if p.pages == p.at {
+		p.fn()
+	}
+	p.pages++
+	return p.Ledger.LedgerList(ctx, lp)
 }

@@ -20,8 +20,11 @@ func RunRecon(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ChargesByReferenceWalk", testChargesByReferenceWalk},
 		{"ChargesByReferenceRange", testChargesByReferenceRange},
 		{"ChargesByReferenceBadLimit", testChargesByReferenceBadLimit},
+		{"RefundsByChargeReferenceWalk", testRefundsByChargeReferenceWalk},
 		{"RunSaveIsKeyedByPeriod", testRunSaveIsKeyedByPeriod},
 		{"RunSaveConcurrentOneRow", testRunSaveConcurrentOneRow},
+		{"RunSaveOneEventPerMerchant", testRunSaveOneEventPerMerchant},
+		{"AcksAppendOnly", testAcksAppendOnly},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,5 +214,177 @@ func testRunSaveConcurrentOneRow(t *testing.T, _ chargeonce.Store, r chargeonce.
 	}
 	if got.Runs != n {
 		t.Errorf("%d concurrent runs of one day stored runs=%d, want %d: one row, every run counted", n, got.Runs, n)
+	}
+}
+
+// testRefundsByChargeReferenceWalk: refunds come in (charge id, id) byte
+// order whatever the page size, within the period and below ChargeMax.
+func testRefundsByChargeReferenceWalk(t *testing.T, s chargeonce.Store, r chargeonce.ReconStore) {
+	byCharge := map[string][]string{"ch_b": {"re_2", "re_1"}, "ch_A": {"re_9"}, "ch_a": {"re_0", "re_5"}}
+	for _, id := range []string{"ch_b", "ch_A", "ch_a"} {
+		p := newIntent("m", "k-"+id)
+		p.Charge.ID = id
+		insert(t, s, p)
+		complete(t, s, p.Charge.MerchantID, p.Charge.IdempotencyKey, p.Token, []byte(`{}`))
+		for _, rid := range byCharge[id] {
+			rp := newRefund(p.Charge, "rk-"+rid, 100)
+			rp.Refund.ID = rid
+			insertRefund(t, s, rp)
+		}
+	}
+	want := []string{"ch_A re_9", "ch_a re_0", "ch_a re_5", "ch_b re_1", "ch_b re_2"}
+	now := time.Now()
+	walk := func(p chargeonce.ReconRefundsParams) []string {
+		var got []string
+		for range 20 {
+			page, err := r.RefundsListByChargeReference(t.Context(), p)
+			if err != nil {
+				t.Fatalf("RefundsListByChargeReference(after %q %q): %v", p.AfterCharge, p.AfterID, err)
+			}
+			for _, rf := range page {
+				got = append(got, rf.ChargeID+" "+rf.ID)
+				p.AfterCharge, p.AfterID = rf.ChargeID, rf.ID
+				if rf.AmountCents != 100 || rf.Currency != "BRL" || rf.MerchantID != "m" || rf.Status != chargeonce.RefundPending || rf.CreatedAt.IsZero() {
+					t.Errorf("refund %+v", rf)
+				}
+			}
+			if len(page) < p.Limit {
+				return got
+			}
+		}
+		t.Fatal("20 pages: the cursor does not advance")
+		return nil
+	}
+	for _, limit := range []int{1, 2, 1000} {
+		if got := walk(chargeonce.ReconRefundsParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), Limit: limit}); !slices.Equal(got, want) {
+			t.Errorf("limit %d: %q, want %q", limit, got, want)
+		}
+		if got := walk(chargeonce.ReconRefundsParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), ChargeMax: "ch_b", Limit: limit}); !slices.Equal(got, want[:3]) {
+			t.Errorf("below ch_b, limit %d: %q, want %q", limit, got, want[:3])
+		}
+	}
+	if got := walk(chargeonce.ReconRefundsParams{From: now.Add(-2 * time.Hour), To: now.Add(-time.Hour), Limit: 10}); len(got) != 0 {
+		t.Errorf("an hour before the refunds: %q, want none", got)
+	}
+	if _, err := r.RefundsListByChargeReference(t.Context(), chargeonce.ReconRefundsParams{From: now, To: now.Add(time.Hour), Limit: chargeonce.ReconMaxPage + 1}); chargeonce.ErrorCode(err) != chargeonce.EINVALID {
+		t.Errorf("limit over the maximum: %v, want EINVALID", err)
+	}
+}
+
+// testRunSaveOneEventPerMerchant: saving a period's run writes one
+// reconciliation.completed event per merchant of the run, however often the
+// period is run; it is queued to the endpoints subscribed to it only; its
+// object is the merchant's share as the latest run left it, and no other
+// merchant can read it.
+func testRunSaveOneEventPerMerchant(t *testing.T, s chargeonce.Store, r chargeonce.ReconStore) {
+	m1, m2 := "m-rc1-"+randHex(4), "m-rc2-"+randHex(4)
+	sub, err := s.WebhookEndpointCreate(t.Context(), chargeonce.WebhookEndpoint{
+		ID: "we_" + randHex(8), MerchantID: m1, URL: "https://example.com/recon", Secret: "whsec_" + randHex(16),
+		EnabledEvents: []string{chargeonce.EventReconciliationCompleted},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WebhookEndpointCreate(t.Context(), chargeonce.WebhookEndpoint{
+		ID: "we_" + randHex(8), MerchantID: m2, URL: "https://example.com/captures", Secret: "whsec_" + randHex(16),
+		EnabledEvents: []string{chargeonce.EventChargeCaptured},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		run := chargeonce.ReconRun{Acquirer: "sim", Period: "2026-12-06", From: day, To: day.AddDate(0, 0, 1),
+			Counts: map[string]int{"missing_internal": 2 - i}, Report: []byte(`{}`),
+			Merchants: []chargeonce.ReconMerchantRun{
+				{MerchantID: m1, Charges: 10 + i, Refunds: 1, Matched: 9, Counts: map[string]int{"missing_internal": 2 - i}},
+				{MerchantID: m2, Charges: 5, Matched: 5, Counts: map[string]int{}},
+			}}
+		if _, err := r.ReconRunSave(t.Context(), run); err != nil {
+			t.Fatalf("run %d: %v", i+1, err)
+		}
+	}
+	for _, m := range []string{m1, m2} {
+		page, err := s.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: m, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Events) != 1 || page.Events[0].Type != chargeonce.EventReconciliationCompleted || page.Events[0].ObjectID == "" {
+			t.Fatalf("%s's events after three runs: %+v, want one reconciliation.completed", m, page.Events)
+		}
+		ev := page.Events[0]
+		got, err := r.ReconMerchantRunGet(t.Context(), m, ev.ObjectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.MerchantID != m || got.Runs != 3 || got.Acquirer != "sim" || got.Period != "2026-12-06" || !got.From.Equal(day) {
+			t.Errorf("%s's share %+v", m, got)
+		}
+		if m == m1 && (got.Charges != 12 || got.Counts["missing_internal"] != 0) {
+			t.Errorf("m1's share %+v, want the latest run's (12 charges, 0 missing_internal)", got)
+		}
+		other := map[string]string{m1: m2, m2: m1}[m]
+		if _, err := r.ReconMerchantRunGet(t.Context(), other, ev.ObjectID); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+			t.Errorf("%s reading %s's share: %v, want ENOTFOUND", other, m, err)
+		}
+	}
+	var got []chargeonce.WebhookDelivery
+	for range 5 {
+		ds, err := s.WebhookDeliveriesClaim(t.Context(), time.Minute, 100, 100, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Event.MerchantID == m1 || d.Event.MerchantID == m2 {
+				got = append(got, d)
+			}
+		}
+	}
+	if len(got) != 1 || got[0].Endpoint.ID != sub.ID || got[0].Event.Type != chargeonce.EventReconciliationCompleted {
+		t.Errorf("deliveries %+v, want one, of reconciliation.completed to %s", got, sub.ID)
+	}
+	if _, err := r.ReconRunSave(t.Context(), chargeonce.ReconRun{Acquirer: "sim", Period: "x", From: day, To: day.Add(time.Hour),
+		Counts: map[string]int{}, Merchants: []chargeonce.ReconMerchantRun{{MerchantID: ""}}}); chargeonce.ErrorCode(err) != chargeonce.EINVALID {
+		t.Errorf("a share without a merchant: %v, want EINVALID", err)
+	}
+	if _, err := r.ReconRunGet(t.Context(), "sim", "x"); chargeonce.ErrorCode(err) != chargeonce.ENOTFOUND {
+		t.Errorf("the run of a refused save: %v, want ENOTFOUND (nothing half-written)", err)
+	}
+}
+
+// testAcksAppendOnly: runs are listed latest first; an exception is
+// acknowledged once, a second acknowledgement returns the first.
+func testAcksAppendOnly(t *testing.T, s chargeonce.Store, r chargeonce.ReconStore) {
+	ops, ok := s.(chargeonce.ReconOps)
+	if !ok {
+		t.Fatalf("%T does not implement chargeonce.ReconOps", s)
+	}
+	day := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	for _, p := range []string{"2026-12-05", "2026-12-06"} {
+		if _, err := r.ReconRunSave(t.Context(), chargeonce.ReconRun{Acquirer: "sim", Period: p, From: day, To: day.Add(time.Hour),
+			Counts: map[string]int{"missing_internal": 1}, Report: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	runs, err := ops.ReconRunsList(t.Context(), 10)
+	if err != nil || len(runs) != 2 || runs[0].Period != "2026-12-06" || runs[0].Counts["missing_internal"] != 1 {
+		t.Fatalf("ReconRunsList: %+v %v, want the two runs, latest first", runs, err)
+	}
+	a := chargeonce.ReconAck{Acquirer: "sim", Period: "2026-12-06", Type: "missing_internal", Reference: "ch_x", Actor: "alice", Note: "a test capture"}
+	first, err := ops.ReconAckInsert(t.Context(), a)
+	if err != nil || first.Actor != "alice" || first.At.IsZero() {
+		t.Fatalf("ReconAckInsert: %+v %v", first, err)
+	}
+	a.Actor, a.Note = "bob", "again"
+	again, err := ops.ReconAckInsert(t.Context(), a)
+	if err != nil || again.Actor != "alice" || again.Note != "a test capture" || !again.At.Equal(first.At) {
+		t.Errorf("a second acknowledgement: %+v %v, want the first kept", again, err)
+	}
+	acks, err := ops.ReconAcksList(t.Context(), "sim", "2026-12-06")
+	if err != nil || len(acks) != 1 {
+		t.Errorf("ReconAcksList: %+v %v, want one", acks, err)
+	}
+	if acks, err := ops.ReconAcksList(t.Context(), "sim", "2026-12-05"); err != nil || len(acks) != 0 {
+		t.Errorf("another period's acknowledgements: %+v %v", acks, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
+	"github.com/chargeonce/chargeonce/recon"
 )
 
 // DeliveryTimeout bounds one delivery: the receiver must answer 2xx within
@@ -311,6 +312,13 @@ func Body(ev chargeonce.WebhookEvent, object []byte) ([]byte, error) {
 // shows it: the refund for refund.created, refund.updated and
 // refund.failed, the charge otherwise (a settlement, charge.refunded).
 func EventObject(ctx context.Context, store chargeonce.Store, ev chargeonce.WebhookEvent) ([]byte, error) {
+	if rs, ok := store.(chargeonce.ReconStore); ok && ev.Type == chargeonce.EventReconciliationCompleted {
+		m, err := rs.ReconMerchantRunGet(ctx, ev.MerchantID, ev.ObjectID)
+		if err != nil {
+			return nil, err
+		}
+		return recon.EncodeMerchantRun(m), nil
+	}
 	if ev.ObjectID != "" && strings.HasPrefix(ev.Type, "refund.") {
 		rf, err := store.RefundGet(ctx, ev.MerchantID, ev.ObjectID)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
+	"github.com/chargeonce/chargeonce/acquirer/stripe"
 	"github.com/chargeonce/chargeonce/recon"
 )
 
@@ -32,7 +33,9 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var opts0 recon.Options
 	fs := newFlagSet("recon", stderr)
 	fs.StringVar(&db, "db", DefaultDB, "database: postgres://… or sqlite:PATH")
-	acqTarget := fs.String("acquirer", "", "the base `URL` of the acquirer the charges were sent to: a chargeonce acquirer, or serve's in-process simulator at http://ADDR/acquirer")
+	acqTarget := fs.String("acquirer", "", "stripe, or the base `URL` of the acquirer the charges were sent to: a chargeonce acquirer, or serve's in-process simulator at http://ADDR/acquirer")
+	var sf acquirerFlags
+	sf.registerStripe(fs)
 	fs.StringVar(&day, "day", "", "the UTC day to reconcile, `YYYY-MM-DD`")
 	fs.StringVar(&fromS, "from", "", "with --to instead of --day: the start of the period, RFC 3339")
 	fs.StringVar(&toS, "to", "", "with --from: the end of the period (excluded), RFC 3339")
@@ -59,9 +62,12 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if page < 1 || page > chargeonce.ReconMaxPage {
 		return usageError(fmt.Sprintf("--page-size must be 1 to %d; got %d", chargeonce.ReconMaxPage, page))
 	}
-	ledger, name, err := reconLedger(*acqTarget)
+	ledger, name, err := reconLedger(*acqTarget, &sf)
 	if err != nil {
 		return err
+	}
+	if c, ok := ledger.(io.Closer); ok {
+		defer c.Close()
 	}
 	opts.Acquirer = name
 
@@ -142,14 +148,24 @@ func reconPeriod(opts *recon.Options, day, from, to string) error {
 
 // reconLedger returns the ledger of --acquirer and the name its runs are
 // stored under: the URL without credentials, query or trailing slash.
-func reconLedger(target string) (chargeonce.Ledger, string, error) {
+func reconLedger(target string, sf *acquirerFlags) (chargeonce.Ledger, string, error) {
 	switch target {
 	case "":
 		return nil, "", usageError("--acquirer: recon needs the URL of the acquirer the charges were sent to (such as a `chargeonce acquirer`, or serve's in-process simulator at http://ADDR/acquirer)")
 	case "sim":
 		return nil, "", usageError("--acquirer sim: a simulator made up by recon has never seen the charges; name the URL of the one they were sent to (serve's in-process simulator is at http://ADDR/acquirer)")
 	case "stripe":
-		return nil, "", usageError("--acquirer stripe: reconciling against Stripe is not built yet; see docs/reconciliation.md")
+		// Stripe's PaymentIntents and Refunds created in the period, sorted
+		// by reference through temporary files (stripe.Ledger).
+		key, err := sf.stripeKey()
+		if err != nil {
+			return nil, "", err
+		}
+		st, err := stripe.New(stripe.Options{Key: key, APIBase: sf.stripeAPIBase, HTTPClient: &http.Client{Timeout: time.Minute}})
+		if err != nil {
+			return nil, "", err
+		}
+		return st.Ledger(stripe.LedgerOptions{}), "stripe", nil
 	}
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -112,3 +112,15 @@ func TestReconCommandRefusesBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// `chargeonce recon --acquirer stripe` needs the secret key as serve does,
+// and says so before it opens anything.
+func TestReconStripeNeedsKey(t *testing.T) {
+	t.Parallel()
+	var out, errOut apitest.Buffer
+	err := Main(context.Background(), []string{"recon", "--db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "--acquirer", "stripe",
+		"--stripe-key-file", filepath.Join(t.TempDir(), "missing"), "--day", "2026-12-06"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "--stripe-key-file") {
+		t.Fatalf("recon --acquirer stripe without a key: %v, want an error naming --stripe-key-file", err)
+	}
+}
