@@ -100,10 +100,10 @@ func TestOpenChoosesExecModeByPooler(t *testing.T) {
 		wantPooled bool
 	}{
 		{"direct", direct, pgx.QueryExecModeCacheStatement, false},
-		{"through PgBouncer", pooler, pgx.QueryExecModeExec, true},
+		{"through PgBouncer", pooler, pgx.QueryExecModeCacheDescribe, true},
 		// A URL's mode wins, and the store still knows where it runs
 		// (bench --pooler refuses a URL that reaches PostgreSQL directly).
-		{"through PgBouncer, the URL's mode", withMode(pooler, "cache_describe"), pgx.QueryExecModeCacheDescribe, true},
+		{"through PgBouncer, the URL's mode", withMode(pooler, "exec"), pgx.QueryExecModeExec, true},
 		{"direct, the URL's mode", withMode(direct, "exec"), pgx.QueryExecModeExec, false},
 	} {
 		s, err := postgres.Open(t.Context(), tc.url)
