@@ -667,13 +667,24 @@ SELECT id FROM d`, ids, tokens, events, endpoints, codes, latencies)
 	}
 }
 
-// WebhookStats counts pending deliveries and disabled endpoints.
+// WebhookStats counts pending deliveries and disabled endpoints, with JIT
+// compilation off: the planner's estimate of the counts (a queue table
+// whose rows come and go faster than ANALYZE sees them) passes
+// jit_above_cost, and compiling the statement took 1.2-3 s of CPU on a
+// 2-core machine, for a count of a few rows (pg_stat_statements under
+// bench --webhooks: jit_emission_time and jit_optimization_time were the
+// whole of it). The bench's drain and the sender's metrics waited for it.
 func (s *Store) WebhookStats(ctx context.Context) (chargeonce.WebhookStats, error) {
 	var st chargeonce.WebhookStats
-	err := s.pool.QueryRow(ctx, `
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
 SELECT (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
 	COALESCE((SELECT now() - min(created_at) FROM webhook_deliveries WHERE state = 'pending'), interval '0'),
 	(SELECT count(*) FROM webhook_endpoints WHERE status = 'disabled')`).Scan(&st.Pending, &st.OldestPendingAge, &st.EndpointsDisabled)
+	})
 	if err != nil {
 		return st, fmt.Errorf("counting webhook deliveries: %w", translate(err))
 	}
