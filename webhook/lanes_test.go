@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,21 +22,22 @@ func TestEndpointConcurrency(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	type counter struct {
-		cur, peak atomic.Int64
 		mu        sync.Mutex
+		cur, peak int64
 		got       map[string]int
 	}
 	serve := func(c *counter) *httptest.Server {
 		c.got = map[string]int{}
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n := c.cur.Add(1)
-			for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
-			}
+			c.mu.Lock()
+			c.cur++
+			c.peak = max(c.peak, c.cur)
+			c.mu.Unlock()
 			time.Sleep(20 * time.Millisecond)
 			c.mu.Lock()
 			c.got[r.Header.Get("webhook-id")]++
+			c.cur--
 			c.mu.Unlock()
-			c.cur.Add(-1)
 			w.WriteHeader(http.StatusNoContent)
 		}))
 		t.Cleanup(srv.Close)
@@ -68,11 +68,11 @@ func TestEndpointConcurrency(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("peak requests in flight: %d (max_concurrency 3), %d (default %d)", three.peak.Load(), dflt.peak.Load(), chargeonce.DefaultEndpointConcurrency)
-	if p := three.peak.Load(); p > 3 {
+	t.Logf("peak requests in flight: %d (max_concurrency 3), %d (default %d)", three.peak, dflt.peak, chargeonce.DefaultEndpointConcurrency)
+	if p := three.peak; p > 3 {
 		t.Fatalf("an endpoint with max_concurrency 3 had %d requests in flight", p)
 	}
-	if p := dflt.peak.Load(); p > chargeonce.DefaultEndpointConcurrency || p <= 3 {
+	if p := dflt.peak; p > chargeonce.DefaultEndpointConcurrency || p <= 3 {
 		t.Fatalf("an endpoint with the default concurrency had at most %d requests in flight, want 4 to %d", p, chargeonce.DefaultEndpointConcurrency)
 	}
 }
