@@ -58,12 +58,23 @@ const (
 	AttemptsListMaxLimit     = 100
 )
 
+// Bounds of an endpoint's max_concurrency: how many deliveries to it one
+// instance has in flight at once. 0 stored means the default.
+const (
+	DefaultEndpointConcurrency = 16
+	MaxEndpointConcurrency     = 64
+)
+
 // WebhookEndpoint is a merchant's receiver of settlement events.
 type WebhookEndpoint struct {
 	ID          string
 	MerchantID  string
 	URL         string
 	Description string
+	// MaxConcurrency bounds the deliveries to the endpoint one instance has
+	// in flight at once (1 to MaxEndpointConcurrency); 0 means
+	// DefaultEndpointConcurrency.
+	MaxConcurrency int
 	// EnabledEvents are the event types the endpoint receives; nil for
 	// every type.
 	EnabledEvents []string
@@ -88,6 +99,24 @@ func (e *WebhookEndpoint) Secrets(now time.Time) []string {
 	return s
 }
 
+// Concurrency is how many deliveries to the endpoint one instance has in
+// flight at once.
+func (e *WebhookEndpoint) Concurrency() int {
+	if e.MaxConcurrency <= 0 {
+		return DefaultEndpointConcurrency
+	}
+	return min(e.MaxConcurrency, MaxEndpointConcurrency)
+}
+
+// CheckEndpointConcurrency reports a max_concurrency out of its bounds as an
+// EINVALID error naming it. Both stores call it.
+func CheckEndpointConcurrency(n int) error {
+	if n < 1 || n > MaxEndpointConcurrency {
+		return FieldError("max_concurrency", "max_concurrency must be between 1 and %d; got %d", MaxEndpointConcurrency, n)
+	}
+	return nil
+}
+
 // WebhookEndpointUpdate changes an endpoint: each field set is applied.
 type WebhookEndpointUpdate struct {
 	// Disabled, when set, disables the endpoint (ending its pending
@@ -97,6 +126,9 @@ type WebhookEndpointUpdate struct {
 	// empty slice means every type.
 	EnabledEvents *[]string
 	Description   *string
+	// MaxConcurrency, when set, replaces the endpoint's (1 to
+	// MaxEndpointConcurrency).
+	MaxConcurrency *int
 }
 
 // WebhookEvent is the settlement of one charge, written in the transaction
@@ -140,6 +172,23 @@ type WebhookDelivery struct {
 	Attempts int
 	Event    WebhookEvent
 	Endpoint WebhookEndpoint
+	// Charge, when not nil, is the charge the event is about, read with
+	// the claim (PostgreSQL: one statement for the batch). The sender reads
+	// the event's object itself otherwise (a refund's event, SQLite).
+	Charge *Charge
+}
+
+// WebhookFinish is one claimed delivery and what its attempt came to, for
+// WebhookDeliveriesFinish; the store sets Disabled and Err.
+type WebhookFinish struct {
+	Delivery WebhookDelivery
+	Outcome  WebhookOutcome
+	// Disabled tells whether recording it disabled the endpoint.
+	Disabled bool
+	// Err is what WebhookDeliveryFinish would return: nil, ESTALE when
+	// the claim was lost (the attempt is still recorded), or the error that
+	// kept it from being recorded.
+	Err error
 }
 
 // WebhookOutcome is what one delivery attempt came to.
@@ -278,6 +327,10 @@ type Webhooks interface {
 	// WebhookOutcome). disabled tells whether it disabled the endpoint.
 	// ESTALE when the claim was lost (the attempt is still recorded).
 	WebhookDeliveryFinish(ctx context.Context, d WebhookDelivery, o WebhookOutcome) (disabled bool, err error)
+	// WebhookDeliveriesFinish does what WebhookDeliveryFinish does for
+	// each of fs, setting its Disabled and Err; the delivered ones (the
+	// common case) are recorded together, in one statement.
+	WebhookDeliveriesFinish(ctx context.Context, fs []WebhookFinish)
 	// WebhookStats reports pending deliveries and disabled endpoints.
 	WebhookStats(ctx context.Context) (WebhookStats, error)
 }

@@ -267,7 +267,7 @@ func (b *bench) slice(ctx context.Context, workload string, w *way, clients []cl
 	if w.name == wayWebhooks {
 		// The way's deliveries are its cost: they finish inside its time,
 		// not in the next way's slice.
-		if err := b.drainWebhooks(ctx); err != nil {
+		if err := b.drainWebhooks(ctx, workload, n, time.Since(start), res != nil); err != nil {
 			return err
 		}
 	}

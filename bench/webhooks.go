@@ -22,6 +22,27 @@ type webhookReceiver struct {
 	// way's slices ended, and the longest wait for them.
 	backlog int
 	drain   time.Duration
+	// settled is the deliveries received when the last slice's were all
+	// in: every settlement has one, so what a slice adds is its
+	// settlements.
+	settled int64
+	// cells sums the measured slices per workload and concurrency.
+	cells map[cellKey]*webhookCell
+}
+
+type cellKey struct {
+	workload string
+	clients  int
+}
+
+// webhookCell is what the measured slices of one workload and concurrency
+// settled and delivered while their load ran, and what was left.
+type webhookCell struct {
+	load        time.Duration // the slices' load, drains left out
+	settled     int64         // settlements (each one delivery)
+	delivered   int64         // deliveries received while the load ran
+	lastBacklog int           // pending when the last slice's load ended
+	maxBacklog  int
 }
 
 // webhookStatser is the stores' count of pending deliveries.
@@ -34,12 +55,15 @@ const drainTimeout = time.Minute
 
 // drainWebhooks waits until no delivery is pending, so that the webhooks
 // way's deliveries run in its own measured time rather than under the next
-// way's load.
-func (b *bench) drainWebhooks(ctx context.Context) error {
+// way's load. A measured slice's settlements and the deliveries received
+// while its load ran (for load) are added to its cell.
+func (b *bench) drainWebhooks(ctx context.Context, workload string, clients int, load time.Duration, measured bool) error {
 	st, ok := b.parent.store.(webhookStatser)
 	if !ok {
 		return fmt.Errorf("the %s way needs a store that counts its webhook deliveries", wayWebhooks)
 	}
+	r := b.webhooks
+	atLoadEnd := r.delivered.Load()
 	start := time.Now()
 	for first := true; ; first = false {
 		s, err := st.WebhookStats(ctx)
@@ -47,10 +71,24 @@ func (b *bench) drainWebhooks(ctx context.Context) error {
 			return fmt.Errorf("counting the webhook deliveries: %w", err)
 		}
 		if first {
-			b.webhooks.backlog = max(b.webhooks.backlog, s.Pending)
+			r.backlog = max(r.backlog, s.Pending)
+			if measured {
+				c := r.cell(workload, clients)
+				c.lastBacklog, c.maxBacklog = s.Pending, max(c.maxBacklog, s.Pending)
+			}
 		}
 		if s.Pending == 0 {
-			b.webhooks.drain = max(b.webhooks.drain, time.Since(start))
+			r.drain = max(r.drain, time.Since(start))
+			// Every delivery was received before its attempt was
+			// recorded: the count is final.
+			final := r.delivered.Load()
+			if measured {
+				c := r.cell(workload, clients)
+				c.load += load
+				c.settled += final - r.settled
+				c.delivered += atLoadEnd - r.settled
+			}
+			r.settled = final
 			return nil
 		}
 		if time.Since(start) > drainTimeout {
@@ -64,6 +102,16 @@ func (b *bench) drainWebhooks(ctx context.Context) error {
 	}
 }
 
+func (r *webhookReceiver) cell(workload string, clients int) *webhookCell {
+	k := cellKey{workload, clients}
+	c := r.cells[k]
+	if c == nil {
+		c = &webhookCell{}
+		r.cells[k] = c
+	}
+	return c
+}
+
 // setupWebhooks starts the chargeonce+webhooks way: its own serve child for
 // webhooksMerchant, and an endpoint of that merchant at a receiver here.
 func (b *bench) setupWebhooks(ctx context.Context, db string) error {
@@ -71,7 +119,7 @@ func (b *bench) setupWebhooks(ctx context.Context, db string) error {
 	if err != nil {
 		return fmt.Errorf("the webhook receiver: %w", err)
 	}
-	r := &webhookReceiver{}
+	r := &webhookReceiver{cells: map[cellKey]*webhookCell{}}
 	r.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		_, _ = io.Copy(io.Discard, req.Body)
 		r.delivered.Add(1)
@@ -111,20 +159,28 @@ func (r *webhookReceiver) close() {
 }
 
 // reportWebhooks prints what the webhooks way cost against chargeonce with
-// no endpoint, per workload at the ratio concurrency.
+// no endpoint, per workload and concurrency, and whether one merchant's
+// deliveries kept up with its settlements while the load ran.
 func (b *bench) reportWebhooks(w io.Writer) {
 	if b.webhooks == nil {
 		return
 	}
-	rc := b.ratioClients()
 	fmt.Fprintf(w, "\nwebhooks (a merchant with an endpoint on loopback; %d deliveries received, every one answered 204;\n  each slice of the way waits for its deliveries and counts that time: up to %d pending at a slice's end, drained in up to %s):\n",
 		b.webhooks.delivered.Load(), b.webhooks.backlog, fmtDur(b.webhooks.drain))
-	for _, wl := range []string{WorkloadNew, WorkloadContended} {
-		co, wh := b.find(wl, rc, wayChargeonce), b.find(wl, rc, wayWebhooks)
-		if co == nil || wh == nil || co.rps() == 0 {
-			continue
+	for _, c := range b.cfg.Concurrency {
+		for _, wl := range []string{WorkloadNew, WorkloadContended} {
+			co, wh := b.find(wl, c, wayChargeonce), b.find(wl, c, wayWebhooks)
+			if co == nil || wh == nil || co.rps() == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "  %s at %d clients: %.0f req/s (p99 %s) against %.0f req/s (p99 %s) without an endpoint: %.2f\n",
+				wl, c, wh.rps(), fmtDur(wh.percentile(99)), co.rps(), fmtDur(co.percentile(99)), wh.rps()/co.rps())
+			if cell := b.webhooks.cells[cellKey{wl, c}]; cell != nil && cell.load > 0 {
+				secs := cell.load.Seconds()
+				fmt.Fprintf(w, "    while the load ran: %.0f settlements/s, %.0f deliveries/s (%.2f); pending when the load stopped: %d (last slice), %d at most\n",
+					float64(cell.settled)/secs, float64(cell.delivered)/secs, float64(cell.delivered)/max(float64(cell.settled), 1),
+					cell.lastBacklog, cell.maxBacklog)
+			}
 		}
-		fmt.Fprintf(w, "  %s at %d clients: %.0f req/s (p99 %s) against %.0f req/s (p99 %s) without an endpoint: %.2f\n",
-			wl, rc, wh.rps(), fmtDur(wh.percentile(99)), co.rps(), fmtDur(co.percentile(99)), wh.rps()/co.rps())
 	}
 }

@@ -17,6 +17,7 @@ type WebhookEndpoint struct {
 	URL            string    `json:"url"`
 	Description    string    `json:"description"`
 	EnabledEvents  []string  `json:"enabled_events"`
+	MaxConcurrency int       `json:"max_concurrency"`
 	Status         string    `json:"status"`
 	DisabledReason string    `json:"disabled_reason,omitempty"`
 	CreatedAt      time.Time `json:"created_at"`
@@ -24,19 +25,22 @@ type WebhookEndpoint struct {
 }
 
 // WebhookEndpointParams create an endpoint; EnabledEvents nil means every
-// event type.
+// event type, MaxConcurrency 0 the server's default (16 deliveries at
+// once per instance; 1 to 64).
 type WebhookEndpointParams struct {
-	URL           string   `json:"url"`
-	Description   string   `json:"description,omitempty"`
-	EnabledEvents []string `json:"enabled_events,omitempty"`
+	URL            string   `json:"url"`
+	Description    string   `json:"description,omitempty"`
+	EnabledEvents  []string `json:"enabled_events,omitempty"`
+	MaxConcurrency int      `json:"max_concurrency,omitempty"`
 }
 
 // WebhookEndpointUpdate changes an endpoint: each field set is applied.
 // Disabled false enables a disabled endpoint again.
 type WebhookEndpointUpdate struct {
-	Disabled      *bool    `json:"disabled,omitempty"`
-	EnabledEvents []string `json:"enabled_events,omitempty"`
-	Description   *string  `json:"description,omitempty"`
+	Disabled       *bool    `json:"disabled,omitempty"`
+	EnabledEvents  []string `json:"enabled_events,omitempty"`
+	Description    *string  `json:"description,omitempty"`
+	MaxConcurrency *int     `json:"max_concurrency,omitempty"`
 }
 
 // Event is a settlement event as delivered; Object is the charge.

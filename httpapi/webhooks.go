@@ -50,6 +50,7 @@ type endpointJSON struct {
 	URL            string   `json:"url"`
 	Description    string   `json:"description"`
 	EnabledEvents  []string `json:"enabled_events"`
+	MaxConcurrency int      `json:"max_concurrency"`
 	Status         string   `json:"status"`
 	DisabledReason string   `json:"disabled_reason,omitempty"`
 	CreatedAt      string   `json:"created_at"`
@@ -58,7 +59,8 @@ type endpointJSON struct {
 
 func endpointOut(e chargeonce.WebhookEndpoint, withSecret bool) endpointJSON {
 	out := endpointJSON{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Description: e.Description, Status: string(e.Status),
-		DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339), EnabledEvents: e.EnabledEvents}
+		DisabledReason: e.DisabledReason, CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339), EnabledEvents: e.EnabledEvents,
+		MaxConcurrency: e.Concurrency()}
 	if len(out.EnabledEvents) == 0 {
 		out.EnabledEvents = []string{"*"}
 	}
@@ -105,9 +107,10 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		URL           string   `json:"url"`
-		Description   string   `json:"description"`
-		EnabledEvents []string `json:"enabled_events"`
+		URL            string   `json:"url"`
+		Description    string   `json:"description"`
+		EnabledEvents  []string `json:"enabled_events"`
+		MaxConcurrency *int     `json:"max_concurrency"`
 	}
 	if !s.decodeMerchantBody(w, r, merchant.ID, &in) {
 		return
@@ -130,6 +133,11 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 	if err == nil && in.EnabledEvents != nil {
 		events, err = checkEventTypes(in.EnabledEvents)
 	}
+	var conc int
+	if err == nil && in.MaxConcurrency != nil {
+		conc = *in.MaxConcurrency
+		err = chargeonce.CheckEndpointConcurrency(conc)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -137,7 +145,7 @@ func (s *Server) handleCreateEndpoint(w http.ResponseWriter, r *http.Request) {
 	// The store refuses an endpoint past MaxWebhookEndpoints, atomically.
 	e, err := s.store.WebhookEndpointCreate(r.Context(), chargeonce.WebhookEndpoint{
 		ID: "we_" + idempotency.NewToken()[:24], MerchantID: merchant.ID, URL: in.URL, Description: in.Description, Secret: webhook.NewSecret(),
-		EnabledEvents: events,
+		EnabledEvents: events, MaxConcurrency: conc,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -374,21 +382,29 @@ func checkEventTypes(types []string) ([]string, error) {
 
 // handleUpdateEndpoint changes an endpoint: {"disabled": false} enables a
 // disabled one again (Stripe's and Svix's way), {"disabled": true}
-// disables it, enabled_events and description replace theirs.
+// disables it, enabled_events, description and max_concurrency replace
+// theirs.
 func (s *Server) handleUpdateEndpoint(w http.ResponseWriter, r *http.Request) {
 	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
 	if !ok {
 		return
 	}
 	var in struct {
-		Disabled      *bool     `json:"disabled"`
-		EnabledEvents *[]string `json:"enabled_events"`
-		Description   *string   `json:"description"`
+		Disabled       *bool     `json:"disabled"`
+		EnabledEvents  *[]string `json:"enabled_events"`
+		Description    *string   `json:"description"`
+		MaxConcurrency *int      `json:"max_concurrency"`
 	}
 	if !s.decodeMerchantBody(w, r, merchant.ID, &in) {
 		return
 	}
-	u := chargeonce.WebhookEndpointUpdate{Disabled: in.Disabled, Description: in.Description}
+	u := chargeonce.WebhookEndpointUpdate{Disabled: in.Disabled, Description: in.Description, MaxConcurrency: in.MaxConcurrency}
+	if in.MaxConcurrency != nil {
+		if err := chargeonce.CheckEndpointConcurrency(*in.MaxConcurrency); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	if in.Description != nil && (!chargeonce.ValidText(*in.Description) || len([]rune(*in.Description)) > maxDescriptionLen) {
 		s.writeError(w, r, chargeonce.FieldError("description", "description must be text of at most %d characters", maxDescriptionLen))
 		return
@@ -404,8 +420,8 @@ func (s *Server) handleUpdateEndpoint(w http.ResponseWriter, r *http.Request) {
 		}
 		u.EnabledEvents = &events
 	}
-	if u.Disabled == nil && u.EnabledEvents == nil && u.Description == nil {
-		s.writeError(w, r, chargeonce.FieldError("disabled", "give disabled, enabled_events or description"))
+	if u.Disabled == nil && u.EnabledEvents == nil && u.Description == nil && u.MaxConcurrency == nil {
+		s.writeError(w, r, chargeonce.FieldError("disabled", "give disabled, enabled_events, description or max_concurrency"))
 		return
 	}
 	e, err := s.store.WebhookEndpointUpdate(r.Context(), merchant.ID, id, u)

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,6 +91,10 @@ type Store struct {
 	batches *batcher
 	// pooled is true when Open found a pooler in front of PostgreSQL.
 	pooled bool
+	// deliveries is the webhook sender's own small pool (webhooks.go),
+	// opened on first use.
+	deliveries     *pgxpool.Pool
+	deliveriesOnce sync.Once
 }
 
 var _ chargeonce.Store = (*Store)(nil)
@@ -195,6 +200,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close waits for borrowed connections to come back and closes the pool.
 func (s *Store) Close() error {
+	s.closeDeliveryPool()
 	s.pool.Close()
 	return nil
 }

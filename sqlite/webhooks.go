@@ -18,7 +18,8 @@ import (
 // endpoints and deliveries.
 
 const endpointColumns = `id, merchant_id, url, description, status, coalesce(disabled_reason, ''),
-	secret, coalesce(old_secret, ''), coalesce(old_secret_until, 0), created_at, coalesce(enabled_events, '')`
+	secret, coalesce(old_secret, ''), coalesce(old_secret_until, 0), created_at, coalesce(enabled_events, ''),
+	coalesce(max_concurrency, 0)`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -30,7 +31,7 @@ func scanEndpoint(row scanner) (chargeonce.WebhookEndpoint, error) {
 		events              string
 	)
 	err := row.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Description, &status, &e.DisabledReason,
-		&e.Secret, &e.OldSecret, &oldUntil, &createdAt, &events)
+		&e.Secret, &e.OldSecret, &oldUntil, &createdAt, &events, &e.MaxConcurrency)
 	if err == nil && events != "" {
 		err = json.Unmarshal([]byte(events), &e.EnabledEvents)
 		if len(e.EnabledEvents) == 0 {
@@ -54,6 +55,15 @@ func notFound(what, id string) error {
 // of the single writer, so concurrent creates never exceed it.
 func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookEndpoint) (chargeonce.WebhookEndpoint, error) {
 	var out chargeonce.WebhookEndpoint
+	if e.MaxConcurrency != 0 {
+		if err := chargeonce.CheckEndpointConcurrency(e.MaxConcurrency); err != nil {
+			return out, err
+		}
+	}
+	var conc any
+	if e.MaxConcurrency != 0 {
+		conc = e.MaxConcurrency
+	}
 	err := s.write(ctx, "creating webhook endpoint", func(ctx context.Context, tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = ?1`, e.MerchantID).Scan(&n); err != nil {
@@ -64,9 +74,9 @@ func (s *Store) WebhookEndpointCreate(ctx context.Context, e chargeonce.WebhookE
 		}
 		var err error
 		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
-INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, created_at, enabled_events)
-VALUES (?1, ?2, ?3, ?4, ?5, `+nowMicros+`, ?6)
-RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret, eventsJSON(e.EnabledEvents)))
+INSERT INTO webhook_endpoints (id, merchant_id, url, description, secret, created_at, enabled_events, max_concurrency)
+VALUES (?1, ?2, ?3, ?4, ?5, `+nowMicros+`, ?6, ?7)
+RETURNING `+endpointColumns, e.ID, e.MerchantID, e.URL, e.Description, e.Secret, eventsJSON(e.EnabledEvents), conc))
 		if err != nil {
 			return wrap("creating webhook endpoint", err)
 		}
@@ -103,6 +113,13 @@ func (s *Store) WebhookEndpointUpdate(ctx context.Context, merchantID, id string
 	if u.Description != nil {
 		desc = *u.Description
 	}
+	var conc any
+	if u.MaxConcurrency != nil {
+		if err := chargeonce.CheckEndpointConcurrency(*u.MaxConcurrency); err != nil {
+			return out, err
+		}
+		conc = *u.MaxConcurrency
+	}
 	err := s.write(ctx, "updating webhook endpoint", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		out, err = scanEndpoint(tx.QueryRowContext(ctx, `
@@ -113,9 +130,10 @@ UPDATE webhook_endpoints SET
 		ELSE NULL END,
 	failing_since = CASE WHEN ?3 = 0 THEN NULL ELSE failing_since END,
 	enabled_events = CASE WHEN ?4 THEN ?5 ELSE enabled_events END,
-	description = coalesce(?6, description)
+	description = coalesce(?6, description),
+	max_concurrency = coalesce(?7, max_concurrency)
 WHERE merchant_id = ?1 AND id = ?2
-RETURNING `+endpointColumns, merchantID, id, disabled, setEvents, events, desc))
+RETURNING `+endpointColumns, merchantID, id, disabled, setEvents, events, desc, conc))
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("webhook endpoint", id)
 		}
@@ -526,6 +544,61 @@ WHERE endpoint_id = ?1 AND state = 'pending' AND id <> ?2`, d.Endpoint.ID, d.ID)
 		return disabled, chargeonce.Errorf(chargeonce.ESTALE, "webhook delivery %d is no longer held by this sender", d.ID)
 	}
 	return disabled, nil
+}
+
+// WebhookDeliveriesFinish records the delivered ones of fs in one write
+// transaction, the others one by one (WebhookDeliveryFinish).
+func (s *Store) WebhookDeliveriesFinish(ctx context.Context, fs []chargeonce.WebhookFinish) {
+	var idx []int
+	for i := range fs {
+		f := &fs[i]
+		if f.Outcome.Delivered {
+			idx = append(idx, i)
+			continue
+		}
+		f.Disabled, f.Err = s.WebhookDeliveryFinish(ctx, f.Delivery, f.Outcome)
+	}
+	if len(idx) == 0 {
+		return
+	}
+	ended := make([]bool, len(idx))
+	err := s.write(ctx, "finishing webhook deliveries", func(ctx context.Context, tx *sql.Tx) error {
+		clear(ended)
+		endpoints := map[string]bool{}
+		for j, i := range idx {
+			d, a := fs[i].Delivery, fs[i].Outcome.Attempt
+			if _, err := tx.ExecContext(ctx, `INSERT INTO webhook_attempts (event_id, endpoint_id, at, status_code, latency_us)
+VALUES (?1, ?2, `+nowMicros+`, ?3, ?4)`, d.Event.ID, d.Endpoint.ID, a.StatusCode, a.Latency.Microseconds()); err != nil {
+				return wrap("recording webhook attempt", err)
+			}
+			res, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries
+SET state = 'succeeded', attempts = attempts + 1, next_at = `+nowMicros+`, claimed_until = 0
+WHERE id = ?1 AND token = ?2 AND state = 'pending'`, d.ID, d.Token)
+			if err != nil {
+				return wrap("finishing webhook delivery", err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return wrap("finishing webhook delivery", err)
+			}
+			ended[j] = n == 1
+			endpoints[d.Endpoint.ID] = true
+		}
+		for id := range endpoints {
+			if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?1 AND failing_since IS NOT NULL`, id); err != nil {
+				return wrap("finishing webhook delivery", err)
+			}
+		}
+		return nil
+	})
+	for j, i := range idx {
+		switch {
+		case err != nil:
+			fs[i].Err = err
+		case !ended[j]:
+			fs[i].Err = chargeonce.Errorf(chargeonce.ESTALE, "webhook delivery %d is no longer held by this sender", fs[i].Delivery.ID)
+		}
+	}
 }
 
 // WebhookStats counts pending deliveries and disabled endpoints.

@@ -31,6 +31,10 @@ var webhookTests = []struct {
 	{"WebhookEndpointCapRace", testWebhookEndpointCapRace},
 	{"WebhookAttemptsPaged", testWebhookAttemptsPaged},
 	{"WebhookEndpointLifecycle", testWebhookEndpointLifecycle},
+	{"WebhookFinishBatch", testWebhookFinishBatch},
+	{"WebhookFinishBatchRace", testWebhookFinishBatchRace},
+	{"WebhookClaimReadsCharge", testWebhookClaimReadsCharge},
+	{"WebhookEndpointConcurrency", testWebhookEndpointConcurrency},
 }
 
 func addEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.WebhookEndpoint {

@@ -119,5 +119,8 @@ func TestBenchWebhooksRunsTheRealServe(t *testing.T) {
 		if !regexp.MustCompile(wl + ` at 2 clients: [1-9]\d* req/s \(p99 [^)]+\) against [1-9]\d* req/s \(p99 [^)]+\) without an endpoint: \d+\.\d\d`).MatchString(report) {
 			t.Errorf("the report lacks the webhooks cost of %s\n%s", wl, report)
 		}
+		if !regexp.MustCompile(wl + ` at 2 clients: .*\n    while the load ran: \d+ settlements/s, \d+ deliveries/s \(\d+\.\d\d\); pending when the load stopped: \d+ \(last slice\), \d+ at most`).MatchString(report) {
+			t.Errorf("the report lacks the settlements and deliveries per second of %s\n%s", wl, report)
+		}
 	}
 }
