@@ -88,3 +88,13 @@ func TestHTTPClientRefunds(t *testing.T) {
 	t.Parallel()
 	acquirertest.RunRefunds(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, true) })
 }
+
+func TestSimulatorManualCapture(t *testing.T) {
+	t.Parallel()
+	acquirertest.RunManualCapture(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, false) })
+}
+
+func TestHTTPClientManualCapture(t *testing.T) {
+	t.Parallel()
+	acquirertest.RunManualCapture(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, true) })
+}
