@@ -460,7 +460,7 @@ func (p *ChargesListParams) Check() error {
 		return FieldError("limit", "limit must be between 1 and %d; got %d", ChargesListMaxLimit, p.Limit)
 	}
 	if p.Status != "" && !slices.Contains(Statuses, p.Status) {
-		return FieldError("status", "status must be one of processing, captured, declined")
+		return FieldError("status", "status must be one of processing, authorized, captured, declined, canceled")
 	}
 	if p.StartingAfter != "" && p.EndingBefore != "" {
 		return FieldError("ending_before", "starting_after and ending_before cannot both be given")
