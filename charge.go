@@ -15,11 +15,16 @@ type Status string
 
 // The states a charge moves through. A charge starts processing when its
 // idempotency record is inserted and ends captured or declined once the
-// acquirer has answered (directly, or through recovery).
+// acquirer has answered (directly, or through recovery). A charge with
+// manual capture (CaptureManual) ends its first drive authorized instead of
+// captured, and a capture (captured) or a cancel (canceled) settles it
+// later; an authorization nobody captures is canceled when it expires.
 const (
 	StatusProcessing Status = "processing"
+	StatusAuthorized Status = "authorized"
 	StatusCaptured   Status = "captured"
 	StatusDeclined   Status = "declined"
+	StatusCanceled   Status = "canceled"
 )
 
 // DefaultCurrency is the currency a charge request gets when it names none.
@@ -43,6 +48,13 @@ type Charge struct {
 	Status      Status
 	DeclineCode string
 	CreatedAt   time.Time
+	// CaptureMethod is CaptureManual for a charge that only authorizes,
+	// and empty (automatic) otherwise.
+	CaptureMethod CaptureMethod
+	// CapturedCents is what a manual capture took (at most AmountCents);
+	// zero until then, and for an automatic charge, whose captured amount
+	// is AmountCents (see AmountCaptured).
+	CapturedCents int64
 }
 
 // Reference is the identifier the acquirer deduplicates on.
@@ -58,6 +70,9 @@ type ChargeRequest struct {
 	// Metadata is nil when the request has none; Normalize turns an empty
 	// object into nil, so {} and no metadata are the same request.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// CaptureMethod is CaptureManual to authorize only; "automatic" and
+	// leaving it out are the same request (Normalize makes both empty).
+	CaptureMethod CaptureMethod `json:"capture_method,omitempty"`
 }
 
 // Merchant is an API client. Idempotency keys and charges are scoped to it.
@@ -110,6 +125,13 @@ func (r *ChargeRequest) Normalize() error {
 	}
 	if n := utf8.RuneCountInString(r.Description); n > MaxDescriptionLen {
 		return FieldError("description", "description must be at most %d characters; got %d", MaxDescriptionLen, n)
+	}
+	switch r.CaptureMethod {
+	case "", CaptureAutomatic:
+		r.CaptureMethod = ""
+	case CaptureManual:
+	default:
+		return FieldError("capture_method", "capture_method must be \"automatic\" or \"manual\"; got %q", string(r.CaptureMethod))
 	}
 	return r.normalizeMetadata()
 }
@@ -198,6 +220,9 @@ func (p *KeyInsertParams) CheckText() error {
 		if !ValidText(k) || !ValidText(v) {
 			return FieldError("metadata", "metadata must be valid UTF-8 without U+0000")
 		}
+	}
+	if m := p.Charge.CaptureMethod; m != "" && m != CaptureManual {
+		return FieldError("capture_method", "capture_method must be manual or left empty (automatic); got %q", string(m))
 	}
 	return nil
 }

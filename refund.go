@@ -92,6 +92,9 @@ const (
 
 // Kind is the kind of operation the record guards.
 func (r *KeyRecord) Kind() RecordKind {
+	if r.Operation != nil {
+		return r.Operation.Kind
+	}
 	if r.Refund != nil {
 		return KindRefund
 	}
@@ -100,14 +103,21 @@ func (r *KeyRecord) Kind() RecordKind {
 
 // Reference is the acquirer reference of the operation the record guards.
 func (r *KeyRecord) Reference() string {
+	if r.Operation != nil {
+		return r.Operation.Reference()
+	}
 	if r.Refund != nil {
 		return r.Refund.Reference()
 	}
 	return r.Charge.Reference()
 }
 
-// ObjectID is the id of the object the record guards (ch_… or re_…).
+// ObjectID is the id of the object the record guards (ch_…, re_…, or a
+// capture's cp_… or a cancel's vd_…).
 func (r *KeyRecord) ObjectID() string {
+	if r.Operation != nil {
+		return r.Operation.ID
+	}
 	if r.Refund != nil {
 		return r.Refund.ID
 	}

@@ -69,6 +69,9 @@ type KeyRecord struct {
 	Charge Charge
 	// Refund is the refund the record guards; nil for a charge's record.
 	Refund *Refund
+	// Operation is the capture or cancel the record guards (Charge is then
+	// the authorized charge); nil for other records.
+	Operation *Operation
 }
 
 // KeyInsertParams describe a new intent: its record and its processing charge.
@@ -99,6 +102,11 @@ type KeyCompleteParams struct {
 	Kind          RecordKind
 	RefundStatus  RefundStatus
 	FailureReason string
+	// OperationStatus is the final status of a capture's or a cancel's
+	// record (Kind KindCapture or KindCancel): succeeded settles the
+	// charge captured (CapturedCents the operation's amount) or canceled,
+	// in the same statement; failed leaves it authorized.
+	OperationStatus OperationStatus
 	// TTL is how long the completed record is kept and replayed, counted
 	// from this completion by the database's clock: a charge settled late
 	// (by recovery, after a long acquirer outage) is still replayed for the
@@ -121,7 +129,7 @@ const (
 )
 
 // Statuses are the states a charge can be in, in the order lists query them.
-var Statuses = []Status{StatusProcessing, StatusCaptured, StatusDeclined}
+var Statuses = []Status{StatusProcessing, StatusAuthorized, StatusCaptured, StatusDeclined, StatusCanceled}
 
 // ChargesListParams select one page of a merchant's charges. Charges are
 // ordered newest first, by created_at and then by id (both descending), so
@@ -239,6 +247,9 @@ type Store interface {
 	Webhooks
 	// Refunds holds refunds, guarded by records of their own kind.
 	Refunds
+	// Operations holds captures and cancels of authorizations, guarded by
+	// records of their own kinds.
+	Operations
 }
 
 // CaptureRequest is what chargeonce sends the acquirer.
@@ -367,6 +378,9 @@ type LookupResult struct {
 	// Refund is the settled refund when Status is LookupFound for a
 	// refund's reference (Refunder.RefundLookup).
 	Refund RefundResult
+	// Operation is the settled capture or void when Status is LookupFound
+	// for an operation's reference (ManualCapturer.OperationLookup).
+	Operation OperationResult
 	// Reason says why, for logs: why it is unsure, or why it is safe.
 	Reason string
 	// RetryAfter, when positive, is how long an unsure lookup suggests
@@ -454,7 +468,7 @@ func (p *ChargesListParams) Check() error {
 		return FieldError("limit", "limit must be between 1 and %d; got %d", ChargesListMaxLimit, p.Limit)
 	}
 	if p.Status != "" && !slices.Contains(Statuses, p.Status) {
-		return FieldError("status", "status must be one of processing, captured, declined")
+		return FieldError("status", "status must be one of processing, authorized, captured, declined, canceled")
 	}
 	if p.StartingAfter != "" && p.EndingBefore != "" {
 		return FieldError("ending_before", "starting_after and ending_before cannot both be given")

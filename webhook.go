@@ -21,11 +21,21 @@ const (
 const (
 	EventChargeCaptured = "charge.captured"
 	EventChargeDeclined = "charge.declined"
+	EventChargeCanceled = "charge.canceled"
+	EventChargeRefunded = "charge.refunded"
+	EventRefundCreated  = "refund.created"
+	EventRefundUpdated  = "refund.updated"
+	EventRefundFailed   = "refund.failed"
 	EventTest           = "webhook.test"
 )
 
-// EventTypes are the types an endpoint may enable.
-var EventTypes = []string{EventChargeCaptured, EventChargeDeclined, EventReconciliationCompleted}
+// EventTypes are the types an endpoint may enable: every type recorded
+// (SPEC "Money going back": each written by the statement that settles
+// what it is about).
+var EventTypes = []string{
+	EventChargeCaptured, EventChargeDeclined, EventChargeCanceled, EventChargeRefunded,
+	EventRefundCreated, EventRefundUpdated, EventRefundFailed, EventReconciliationCompleted,
+}
 
 // WebhookSecretOverlap is how long a rotated-out secret keeps signing
 // deliveries beside the new one, so a receiver can switch secrets without

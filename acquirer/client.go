@@ -160,6 +160,7 @@ func (c *Client) Lookup(ctx context.Context, req chargeonce.LookupRequest) (char
 	case res.Reference != reference:
 		return chargeonce.LookupResult{}, fmt.Errorf("acquirer: looking up %s: the answer is for reference %q", reference, res.Reference)
 	case res.Status == chargeonce.StatusCaptured && res.DeclineCode == "":
+	case res.Status == chargeonce.StatusAuthorized && res.DeclineCode == "":
 	case res.Status == chargeonce.StatusDeclined:
 	default:
 		return chargeonce.LookupResult{}, fmt.Errorf("acquirer: looking up %s: unexpected answer: status %q, decline_code %q", reference, res.Status, res.DeclineCode)

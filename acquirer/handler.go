@@ -57,7 +57,15 @@ func Handler(sim *Simulator) http.Handler {
 	mux.HandleFunc("GET /v1/refunds/{reference}", h.getRefund)
 	mux.HandleFunc("/v1/refunds", methodNotAllowed("POST"))
 	mux.HandleFunc("/v1/refunds/{reference}", methodNotAllowed("GET, HEAD"))
-	mux.HandleFunc("GET /v1/ledger", h.ledger) // ledger.go
+	mux.HandleFunc("GET /v1/ledger", h.ledger)             // ledger.go
+	mux.HandleFunc("POST /v1/authorizations", h.authorize) // capture.go
+	mux.HandleFunc("POST /v1/authorizations/capture", h.operation(chargeonce.LedgerCapture))
+	mux.HandleFunc("POST /v1/authorizations/void", h.operation(chargeonce.LedgerVoid))
+	mux.HandleFunc("GET /v1/operations/{reference}", h.getOperation)
+	mux.HandleFunc("/v1/authorizations", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/authorizations/capture", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/authorizations/void", methodNotAllowed("POST"))
+	mux.HandleFunc("/v1/operations/{reference}", methodNotAllowed("GET, HEAD"))
 	// The patterns without a method catch the methods the ones above do
 	// not allow, so that 405 is problem+json too; "/" catches the rest.
 	mux.HandleFunc("/v1/captures", methodNotAllowed("GET, HEAD, POST"))

@@ -93,9 +93,9 @@ func (s *Simulator) Refund(ctx context.Context, req chargeonce.RefundCall) (char
 	switch {
 	case capture == nil || capture.first == nil:
 		r.Status, r.FailureReason = chargeonce.RefundFailed, RefundFailedUnknownCapture
-	case capture.first.Status != chargeonce.StatusCaptured:
+	case capture.capturedCents() == 0:
 		r.Status, r.FailureReason = chargeonce.RefundFailed, RefundFailedNotCaptured
-	case capture.refunded+req.AmountCents > capture.first.AmountCents:
+	case capture.refunded+req.AmountCents > capture.capturedCents():
 		r.Status, r.FailureReason = chargeonce.RefundFailed, RefundFailedExceeds
 	default:
 		capture.refunded += req.AmountCents

@@ -143,6 +143,16 @@ type Stats struct {
 	RefundRequests          int64 `json:"refund_requests"`
 	Refunds                 int64 `json:"refunds"`
 	DuplicateRefundRequests int64 `json:"duplicate_refund_requests"`
+	// Authorizations counts authorizations that held money (Authorize);
+	// OperationRequests every valid capture or void request of an
+	// authorization; AuthorizationCaptures and Voids those that settled
+	// it (one per authorization at most); DuplicateOperationRequests the
+	// requests for an operation reference that had already settled.
+	Authorizations             int64 `json:"authorizations"`
+	OperationRequests          int64 `json:"operation_requests"`
+	AuthorizationCaptures      int64 `json:"authorization_captures"`
+	Voids                      int64 `json:"voids"`
+	DuplicateOperationRequests int64 `json:"duplicate_operation_requests"`
 }
 
 // Simulator is an in-memory acquirer, idempotent by reference. It implements
@@ -156,6 +166,7 @@ type Simulator struct {
 	refs    map[string]*reference
 	byOrder map[orderKey][]*Capture // settled captures, in settling order
 	refunds map[string]*refundRef   // by the refund's reference
+	ops     map[string]*opRef       // captures and voids of authorizations, by their reference
 	stats   Stats
 	closed  bool
 	ledger  ledger // every settled capture, for reconciliation (ledger.go)
@@ -191,6 +202,26 @@ type reference struct {
 	token string
 	// refunded is the sum of the capture's refunds that succeeded.
 	refunded int64
+	// settledBy is the reference of the capture or void that settled an
+	// authorization (first.Status authorized), and captured what its
+	// capture took (zero after a void).
+	settledBy string
+	captured  int64
+	voided    bool
+}
+
+// capturedCents is what the reference's first capture took: its amount
+// when it captured, what a capture of its authorization took, else zero.
+func (ref *reference) capturedCents() int64 {
+	switch {
+	case ref.first == nil:
+		return 0
+	case ref.first.Status == chargeonce.StatusCaptured:
+		return ref.first.AmountCents
+	case ref.first.Status == chargeonce.StatusAuthorized:
+		return ref.captured
+	}
+	return 0
 }
 
 // run is one capture under way, executed on its own goroutine.
@@ -203,6 +234,7 @@ type run struct {
 	result      chargeonce.CaptureResult // what waiters get
 	starterErr  error                    // what the request that started the run gets instead, if not nil
 	failsBefore bool                     // the run captures nothing; waiters start afresh
+	manual      bool                     // an authorization: success is authorized, nothing captured yet
 }
 
 // NewSimulator returns a Simulator. Negative durations in opts are treated
@@ -217,6 +249,7 @@ func NewSimulator(opts Options) *Simulator {
 		refs:    make(map[string]*reference),
 		byOrder: make(map[orderKey][]*Capture),
 		refunds: make(map[string]*refundRef),
+		ops:     make(map[string]*opRef),
 		closing: make(chan struct{}),
 	}
 }
@@ -228,6 +261,12 @@ func NewSimulator(opts Options) *Simulator {
 // this request started one, carries on. An invalid request is a
 // chargeonce.EINVALID error naming the field, and is not counted.
 func (s *Simulator) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
+	return s.capture(ctx, req, false)
+}
+
+// capture is Capture, or Authorize when manual: the same run, whose success
+// is captured or, for an authorization, authorized.
+func (s *Simulator) capture(ctx context.Context, req chargeonce.CaptureRequest, manual bool) (chargeonce.CaptureResult, error) {
 	if err := ValidateCaptureRequest(req); err != nil {
 		return chargeonce.CaptureResult{}, err
 	}
@@ -291,7 +330,7 @@ func (s *Simulator) Capture(ctx context.Context, req chargeonce.CaptureRequest) 
 			ref = &reference{since: time.Now(), token: req.PaymentToken}
 			s.refs[req.Reference] = ref
 		}
-		r := s.start(ref, req)
+		r := s.start(ref, req, manual)
 		s.mu.Unlock()
 		select {
 		case <-r.done:
@@ -306,13 +345,13 @@ func (s *Simulator) Capture(ctx context.Context, req chargeonce.CaptureRequest) 
 }
 
 // start begins a capture of ref on its own goroutine. s.mu must be held.
-func (s *Simulator) start(ref *reference, req chargeonce.CaptureRequest) *run {
+func (s *Simulator) start(ref *reference, req chargeonce.CaptureRequest, manual bool) *run {
 	ref.runs++
 	token := req.PaymentToken
 	if ref.runs > 1 && (token == TokenFailBefore || token == TokenFailAfter) {
 		token = TokenOK
 	}
-	r := &run{req: req, token: token, done: make(chan struct{}), failsBefore: token == TokenFailBefore}
+	r := &run{req: req, token: token, done: make(chan struct{}), failsBefore: token == TokenFailBefore, manual: manual}
 	ref.run = r
 	// Added under s.mu while not closed, so it happens before Close's Wait.
 	s.wg.Go(func() { s.execute(ref, r) })
@@ -355,10 +394,16 @@ func (s *Simulator) execute(ref *reference, r *run) {
 		Status:      chargeonce.StatusCaptured,
 		CreatedAt:   time.Now().UTC(),
 	}
-	if r.token == TokenDeclined {
+	switch {
+	case r.token == TokenDeclined:
 		c.Status = chargeonce.StatusDeclined
 		c.DeclineCode = DeclineInsufficientFunds
-	} else {
+	case r.manual:
+		// Held, not taken: the capture or void comes later (capture.go),
+		// and only then does money move and the ledger list it.
+		c.Status = chargeonce.StatusAuthorized
+		s.stats.Authorizations++
+	default:
 		s.stats.Captures++
 	}
 	ref.capture = c
@@ -367,7 +412,9 @@ func (s *Simulator) execute(ref *reference, r *run) {
 	}
 	k := orderKey{c.Merchant, c.OrderID}
 	s.byOrder[k] = append(s.byOrder[k], c)
-	s.ledger.addCapture(c)
+	if c.Status != chargeonce.StatusAuthorized {
+		s.ledger.addCapture(c)
+	}
 	r.result = c.Result()
 }
 

@@ -13,11 +13,21 @@ type Status string
 
 // The states a charge moves through. A charge is processing from the moment
 // the service has recorded the intent until the acquirer's answer is known;
-// it then ends captured or declined, and never changes again.
+// it then ends captured or declined, and never changes again. A charge
+// created with CaptureManual ends authorized instead, until Capture
+// (captured) or Cancel, or its expiry, (canceled) settles it.
 const (
 	StatusProcessing Status = "processing"
+	StatusAuthorized Status = "authorized"
 	StatusCaptured   Status = "captured"
 	StatusDeclined   Status = "declined"
+	StatusCanceled   Status = "canceled"
+)
+
+// The capture methods of ChargeRequest.CaptureMethod.
+const (
+	CaptureAutomatic = "automatic"
+	CaptureManual    = "manual"
 )
 
 // ChargeRequest is one payment intent: one customer paying one amount for
@@ -36,6 +46,9 @@ type ChargeRequest struct {
 	// Metadata is optional: at most 20 string values, keys 1 to 40
 	// characters, values at most 500, stored and returned with the charge.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// CaptureMethod is CaptureManual to authorize only (see Capture and
+	// Cancel); empty or CaptureAutomatic captures at once.
+	CaptureMethod string `json:"capture_method,omitempty"`
 
 	// IdempotencyKey identifies the intent. Leave it empty and CreateCharge
 	// makes a random one for this call, used on all of the call's attempts.
@@ -58,6 +71,11 @@ type Charge struct {
 	// DeclineCode is set when Status is declined (JSON null otherwise).
 	DeclineCode string    `json:"decline_code"`
 	CreatedAt   time.Time `json:"created_at"`
+	// CaptureMethod is CaptureManual for a charge that authorized only,
+	// empty otherwise; AmountCapturedCents is then what its capture took
+	// (zero until captured). Refunds are bounded by it.
+	CaptureMethod       string `json:"capture_method,omitempty"`
+	AmountCapturedCents int64  `json:"amount_captured_cents,omitempty"`
 	// Metadata is what the request carried; nil when it had none.
 	Metadata map[string]string `json:"metadata,omitempty"`
 
@@ -81,16 +99,22 @@ func (c Charge) MarshalJSON() ([]byte, error) {
 	if c.DeclineCode != "" {
 		decline = &c.DeclineCode
 	}
+	var captured *int64
+	if c.CaptureMethod == CaptureManual {
+		captured = &c.AmountCapturedCents
+	}
 	return json.Marshal(struct {
-		ID          string            `json:"id"`
-		OrderID     int64             `json:"order_id"`
-		AmountCents int64             `json:"amount_cents"`
-		Currency    string            `json:"currency"`
-		Status      Status            `json:"status"`
-		DeclineCode *string           `json:"decline_code"`
-		CreatedAt   time.Time         `json:"created_at"`
-		Metadata    map[string]string `json:"metadata,omitempty"`
-	}{c.ID, c.OrderID, c.AmountCents, c.Currency, c.Status, decline, c.CreatedAt, c.Metadata})
+		ID                  string            `json:"id"`
+		OrderID             int64             `json:"order_id"`
+		AmountCents         int64             `json:"amount_cents"`
+		Currency            string            `json:"currency"`
+		Status              Status            `json:"status"`
+		DeclineCode         *string           `json:"decline_code"`
+		CreatedAt           time.Time         `json:"created_at"`
+		CaptureMethod       string            `json:"capture_method,omitempty"`
+		AmountCapturedCents *int64            `json:"amount_captured_cents,omitempty"`
+		Metadata            map[string]string `json:"metadata,omitempty"`
+	}{c.ID, c.OrderID, c.AmountCents, c.Currency, c.Status, decline, c.CreatedAt, c.CaptureMethod, captured, c.Metadata})
 }
 
 // NewIdempotencyKey returns a random UUIDv4 (RFC 9562), the kind of key

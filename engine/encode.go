@@ -13,7 +13,7 @@ import (
 // FinalResponse builds the response stored for a charge with a final status:
 // 201 with the charge object when captured, 402 card-declined otherwise.
 func FinalResponse(ch *chargeonce.Charge) Response {
-	if ch.Status == chargeonce.StatusCaptured {
+	if ch.Status == chargeonce.StatusCaptured || ch.Status == chargeonce.StatusAuthorized {
 		return Response{Status: 201, Body: EncodeCharge(ch)}
 	}
 	code := ch.DeclineCode
@@ -56,6 +56,13 @@ func EncodeCharge(ch *chargeonce.Charge) []byte {
 	b = append(b, `,"created_at":"`...)
 	b = ch.CreatedAt.UTC().AppendFormat(b, time.RFC3339)
 	b = append(b, '"')
+	// Only a manual charge shows its capture method and what was captured,
+	// so the bytes of an automatic charge are what they were before manual
+	// capture existed (its replays and stored answers are unchanged).
+	if ch.CaptureMethod == chargeonce.CaptureManual {
+		b = append(b, `,"capture_method":"manual","amount_captured_cents":`...)
+		b = strconv.AppendInt(b, ch.AmountCaptured(), 10)
+	}
 	// Only a charge that has metadata shows it, so the bytes of every
 	// other charge are what they were before metadata existed.
 	b = appendMetadata(b, ch.Metadata)

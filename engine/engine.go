@@ -268,6 +268,11 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 			return resp, err
 		}
 	}
+	if req.CaptureMethod == chargeonce.CaptureManual {
+		if _, ok := e.acquirer.(chargeonce.ManualCapturer); !ok {
+			return Response{}, chargeonce.FieldError("capture_method", "this service's acquirer cannot authorize without capturing; capture_method manual is not available (nothing was kept for this Idempotency-Key)")
+		}
+	}
 	// The merchant's rate comes before anything is written, so that an
 	// attempt over it leaves nothing behind. Under the rate (the common
 	// path) it costs nothing more; over it, see overRate.
@@ -292,6 +297,7 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 			PaymentToken:   req.PaymentToken,
 			Description:    req.Description,
 			Metadata:       req.Metadata,
+			CaptureMethod:  req.CaptureMethod,
 		},
 	})
 	if err != nil {
@@ -616,7 +622,15 @@ func (e *Engine) acquire(ctx context.Context, rec *chargeonce.KeyRecord, ch *cha
 		}
 	}
 	start := time.Now()
-	res, err := e.acquirer.Capture(ctx, chargeonce.CaptureRequest{
+	capture := e.acquirer.Capture
+	if ch.CaptureMethod == chargeonce.CaptureManual {
+		mc, ok := e.acquirer.(chargeonce.ManualCapturer)
+		if !ok {
+			return chargeonce.CaptureResult{}, errors.New("the acquirer cannot authorize without capturing")
+		}
+		capture = mc.Authorize
+	}
+	res, err := capture(ctx, chargeonce.CaptureRequest{
 		Reference:    ch.Reference(),
 		OrderID:      ch.OrderID,
 		Merchant:     ch.MerchantID,
@@ -705,6 +719,9 @@ func (e *unsureError) Error() string {
 // failed attempt, so that a record is driven at most once per back-off
 // interval however many retries arrive.
 func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string, backoff time.Duration, recovering, lookFirst bool) Response {
+	if rec.Operation != nil {
+		return e.runOperation(ctx, rec, token, backoff, recovering, lookFirst)
+	}
 	if rec.Refund != nil {
 		return e.runRefund(ctx, rec, token, backoff, recovering, lookFirst)
 	}
@@ -714,8 +731,12 @@ func (e *Engine) run(ctx context.Context, rec chargeonce.KeyRecord, token string
 	actx, cancel := context.WithTimeout(base, e.opts.AcquirerTimeout)
 	res, err := e.acquire(actx, &rec, &ch, lookFirst, &tr)
 	cancel()
-	if err == nil && res.Status != chargeonce.StatusCaptured && res.Status != chargeonce.StatusDeclined {
-		err = fmt.Errorf("acquirer answered unknown status %q", res.Status)
+	settled := chargeonce.StatusCaptured // what a success is: an authorization for a manual charge
+	if ch.CaptureMethod == chargeonce.CaptureManual {
+		settled = chargeonce.StatusAuthorized
+	}
+	if err == nil && res.Status != settled && res.Status != chargeonce.StatusDeclined {
+		err = fmt.Errorf("acquirer answered status %q to a charge whose success is %s", res.Status, settled)
 	}
 	e.appendHistory(base, &tr, err != nil)
 	if err != nil {

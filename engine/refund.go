@@ -167,6 +167,9 @@ func pendingBody(rec *chargeonce.KeyRecord) []byte {
 
 // idAttr names the id of what rec guards in log lines.
 func idAttr(rec *chargeonce.KeyRecord) string {
+	if rec.Operation != nil {
+		return "operation_id"
+	}
 	if rec.Refund != nil {
 		return "refund_id"
 	}

@@ -84,6 +84,9 @@ type chargeJSON struct {
 	Status      string  `json:"status"`
 	DeclineCode *string `json:"decline_code"`
 	CreatedAt   string  `json:"created_at"`
+	// Only on a manual charge.
+	CaptureMethod       string `json:"capture_method"`
+	AmountCapturedCents *int64 `json:"amount_captured_cents"`
 }
 
 func decodeCharge(t *testing.T, b []byte) chargeJSON {

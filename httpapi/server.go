@@ -101,6 +101,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("/v1/charges/{id}", s.methodNotAllowed)
 	s.routeWebhooks()
 	s.routeRefunds()
+	s.routeCapture()
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
 	s.mux.HandleFunc("GET /openapi.yaml", handleOpenAPI)

@@ -3,9 +3,11 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/chargeonce/chargeonce"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,6 +239,24 @@ func TestEndpointLifecycleAPI(t *testing.T) {
 			}
 			if r := do("POST", "/v1/webhook_endpoints", `{"url":"`+recv.URL+`","enabled_events":["charge.nope"]}`); r.Status != 400 {
 				t.Fatalf("unknown event type: %d %s", r.Status, r.Body)
+			}
+			// Every type the service records may be enabled: the refunds',
+			// the manual captures' and the reconciliation's too (each once
+			// refused as unknown, so an endpoint could get them only by "*").
+			for _, typ := range chargeonce.EventTypes {
+				r := do("POST", "/v1/webhook_endpoints", `{"url":"`+recv.URL+`","enabled_events":["`+typ+`"]}`)
+				var made struct{ ID string }
+				if r.Status != 201 || json.Unmarshal(r.Body, &made) != nil {
+					t.Fatalf("an endpoint for %s: %d %s", typ, r.Status, r.Body)
+				}
+				if r := do("DELETE", "/v1/webhook_endpoints/"+made.ID, ""); r.Status != 200 && r.Status != 204 {
+					t.Fatalf("deleting the endpoint for %s: %d %s", typ, r.Status, r.Body)
+				}
+			}
+			for _, typ := range []string{"refund.created", "refund.updated", "refund.failed", "charge.refunded", "charge.canceled", "reconciliation.completed"} {
+				if !slices.Contains(chargeonce.EventTypes, typ) {
+					t.Errorf("%s is recorded but cannot be enabled on an endpoint", typ)
+				}
 			}
 			r := do("POST", "/v1/webhook_endpoints", `{"url":"`+recv.URL+`","enabled_events":["charge.declined"]}`)
 			var ep struct {

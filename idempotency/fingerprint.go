@@ -34,7 +34,26 @@ func Fingerprint(method, path string, r *chargeonce.ChargeRequest) string {
 	b = appendField(b, r.Currency)
 	b = appendField(b, r.PaymentToken)
 	b = appendField(b, r.Description)
-	return sum(appendMetadata(b, r.Metadata))
+	b = appendMetadata(b, r.Metadata)
+	if r.CaptureMethod == chargeonce.CaptureManual {
+		// Only a manual charge says so: an automatic charge's fingerprint
+		// is what it was before capture methods existed, so that its
+		// retries still replay instead of answering 422.
+		b = append(b, "\x00capture_method:manual"...)
+	}
+	return sum(b)
+}
+
+// OperationFingerprint identifies a capture (kind chargeonce.KindCapture)
+// or a cancel of chargeID as Fingerprint does a charge's: method, path and
+// decoded body. A capture's amount left out is 0 here.
+func OperationFingerprint(kind chargeonce.RecordKind, chargeID string, amountCents int64) string {
+	var buf [128]byte
+	b := buf[:0]
+	b = appendField(b, "POST")
+	b = appendField(b, "/v1/charges/"+chargeID+"/"+string(kind))
+	b = strconv.AppendInt(b, amountCents, 10)
+	return sum(b)
 }
 
 // RefundFingerprint identifies a refund request of chargeID as Fingerprint

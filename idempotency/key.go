@@ -112,6 +112,15 @@ func NewChargeID() string { return newID("ch_") }
 // refund's reference at the acquirer.
 func NewRefundID() string { return newID("re_") }
 
+// NewOperationID returns a new identifier of a capture (cp_…) or a cancel
+// (vd_…) of an authorization, which is also its reference at the acquirer.
+func NewOperationID(kind chargeonce.RecordKind) string {
+	if kind == chargeonce.KindCancel {
+		return newID("vd_")
+	}
+	return newID("cp_")
+}
+
 func newID(prefix string) string {
 	var b [3 + 12 + 16]byte
 	copy(b[:], prefix)

@@ -60,7 +60,7 @@ SELECT i.n, true,
 	0, true, '', 0::bigint, NULL::integer, NULL::bytea, k.created_at, NULL::timestamptz, interval '0', false,
 	i.charge_id, i.merchant_id, i.key, i.order_id, i.amount_cents,
 	i.currency, i.payment_token, i.description, 'processing', NULL::text,
-	k.created_at, i.metadata
+	k.created_at, i.metadata, NULL::text, NULL::bigint
 FROM k JOIN input i ON i.charge_id = k.charge_id
 UNION ALL
 SELECT i.n, false, ` + recordColumns + `

@@ -25,26 +25,33 @@ const refundColumns = `
 // charge's to its charge (c, r all NULL).
 const anyRecordFrom = `
 	LEFT JOIN refunds r ON r.id = k.charge_id
-	JOIN charges c ON c.id = COALESCE(r.charge_id, k.charge_id)`
+	LEFT JOIN charge_operations o ON o.id = k.charge_id
+	JOIN charges c ON c.id = COALESCE(r.charge_id, o.charge_id, k.charge_id)`
 
 // anyRecordGetSQL reads a record of either kind.
 const anyRecordGetSQL = `
-SELECT ` + refundColumns + `, ` + recordColumns + `
+SELECT ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM idempotency_keys k` + anyRecordFrom + `
 WHERE k.merchant_id = $1 AND k.key = $2`
 
-// scanAnyRecord scans refundColumns then recordColumns, optionally
-// preceded by extra columns.
+// scanAnyRecord scans refundColumns, operationColumns then recordColumns,
+// optionally preceded by extra columns.
 func scanAnyRecord(row pgx.Row, extra ...any) (chargeonce.KeyRecord, bool, error) {
 	var (
 		id, merchant, key, chargeID, currency, reason, status *string
 		amount, age                                           *int64
 		metadata, failure                                     *string
 		created                                               *time.Time
+		op                                                    operationRow
 	)
 	extra = append(extra, &id, &merchant, &key, &chargeID, &amount, &currency,
 		&reason, &metadata, &status, &failure, &created, &age)
+	extra = append(extra, op.dest()...)
 	rec, expired, err := scanRecord(row, extra...)
+	if err == nil && op.id != nil {
+		rec.Operation = op.operation()
+		rec.Age = time.Duration(*op.age) * time.Microsecond
+	}
 	if err != nil || id == nil {
 		return rec, expired, err
 	}
@@ -81,7 +88,7 @@ func scanAnyRecord(row pgx.Row, extra ...any) (chargeonce.KeyRecord, bool, error
 // what remains now.
 const refundInsertSQL = `
 WITH cap AS (
-	SELECT id, currency, amount_cents - refunded_cents AS remaining
+	SELECT id, currency, COALESCE(captured_cents, amount_cents) - refunded_cents AS remaining
 	FROM charges WHERE merchant_id = $1 AND id = $7 AND status = 'captured'
 ), k AS (
 	INSERT INTO idempotency_keys
@@ -102,10 +109,11 @@ WITH cap AS (
 	FROM k, cap
 	RETURNING *
 )
-SELECT true, ` + refundColumns + `, ` + recordColumns + `
+SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM k JOIN r ON r.id = k.charge_id JOIN charges c ON c.id = r.charge_id
+	LEFT JOIN charge_operations o ON false
 UNION ALL
-SELECT false, ` + refundColumns + `, ` + recordColumns + `
+SELECT false, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM idempotency_keys k` + anyRecordFrom + `
 WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
 
@@ -176,7 +184,7 @@ func isCheckViolation(err error) bool {
 func (s *Store) refundRefused(ctx context.Context, rf chargeonce.Refund) error {
 	var remaining int64
 	var currency, status string
-	err := s.pool.QueryRow(ctx, `SELECT amount_cents - refunded_cents, currency, status FROM charges WHERE merchant_id = $1 AND id = $2`,
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(captured_cents, amount_cents) - refunded_cents, currency, status FROM charges WHERE merchant_id = $1 AND id = $2`,
 		rf.MerchantID, rf.ChargeID).Scan(&remaining, &currency, &status)
 	if err != nil {
 		return fmt.Errorf("reading the refunded charge: %w", translate(err))

@@ -222,7 +222,7 @@ const recordColumns = `
 	COALESCE(k.expires_at <= now(), false),
 	c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
 	c.currency, c.payment_token, c.description, c.status, c.decline_code,
-	c.created_at, c.metadata`
+	c.created_at, c.metadata, c.capture_method, c.captured_cents`
 
 // scanRecord scans recordColumns, optionally preceded by extra columns.
 // expired reports whether the record was past its expiry when read.
@@ -236,6 +236,8 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 		remaining   int64 // µs
 		age         int64 // µs
 		metadata    *string
+		method      *string
+		captured    *int64
 	)
 	dest := append(extra,
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
@@ -245,7 +247,7 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 		&rec.ExpiresIn, &expired,
 		&rec.Charge.ID, &rec.Charge.MerchantID, &rec.Charge.IdempotencyKey, &rec.Charge.OrderID, &rec.Charge.AmountCents,
 		&rec.Charge.Currency, &rec.Charge.PaymentToken, &rec.Charge.Description, &chStatus, &declineCode,
-		&rec.Charge.CreatedAt, &metadata,
+		&rec.Charge.CreatedAt, &metadata, &method, &captured,
 	)
 	if err := row.Scan(dest...); err != nil {
 		return chargeonce.KeyRecord{}, false, err
@@ -266,6 +268,7 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 	if declineCode != nil {
 		rec.Charge.DeclineCode = *declineCode
 	}
+	setCapture(&rec.Charge, method, captured)
 	return rec, expired, nil
 }
 
@@ -408,7 +411,7 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 // concurrent attempts, or alone. pgx.ErrNoRows means the key is held by a
 // record the statement could not see.
 func (s *Store) insertRound(ctx context.Context, p chargeonce.KeyInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
-	if s.batches == nil {
+	if s.batches == nil || p.Charge.CaptureMethod == chargeonce.CaptureManual {
 		return s.insertOne(ctx, p)
 	}
 	j := &insertJob{jobState: jobState{ctx: ctx}, p: p}
@@ -421,7 +424,11 @@ func (s *Store) insertRound(ctx context.Context, p chargeonce.KeyInsertParams) (
 // insertOne is one round of KeyInsert's insert as a single statement.
 func (s *Store) insertOne(ctx context.Context, p chargeonce.KeyInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
 	ch := p.Charge
-	rec, expired, err = scanRecord(s.pool.QueryRow(ctx, keyInsertSQL,
+	q := keyInsertSQL
+	if ch.CaptureMethod == chargeonce.CaptureManual {
+		q = keyInsertManualSQL
+	}
+	rec, expired, err = scanRecord(s.pool.QueryRow(ctx, q,
 		ch.MerchantID, ch.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, ch.ID,
 		ch.OrderID, ch.AmountCents, ch.Currency, ch.PaymentToken, ch.Description,
 		chargeonce.MetadataText(ch.Metadata),
@@ -463,8 +470,11 @@ func (s *Store) KeyGet(ctx context.Context, merchantID, key string) (chargeonce.
 // whose lease recovery took over finds its token replaced and gets ESTALE,
 // so it can never overwrite the answer recovery stores.
 func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
-	if p.Kind == chargeonce.KindRefund {
+	switch p.Kind {
+	case chargeonce.KindRefund:
 		return s.refundComplete(ctx, p)
+	case chargeonce.KindCapture, chargeonce.KindCancel:
+		return s.operationComplete(ctx, p)
 	}
 	if s.batches == nil {
 		return s.completeOne(ctx, p, false)
@@ -589,7 +599,7 @@ WITH k AS (
 	WHERE merchant_id = $1 AND key = $2 AND state = 'processing' AND lease_until <= now()
 	RETURNING *
 )
-SELECT `+refundColumns+`, `+recordColumns+`
+SELECT `+refundColumns+`, `+operationColumns+`, `+recordColumns+`
 FROM k`+anyRecordFrom, merchantID, key, newToken, lease))
 	if err == nil {
 		return rec, true, nil
@@ -631,7 +641,7 @@ WITH due AS (
 	WHERE i.merchant_id = due.merchant_id AND i.key = due.key
 	RETURNING i.*
 )
-SELECT `+refundColumns+`, `+recordColumns+`
+SELECT `+refundColumns+`, `+operationColumns+`, `+recordColumns+`
 FROM k`+anyRecordFrom+`
 ORDER BY k.created_at, k.merchant_id, k.key`, lease, limit)
 	if err != nil {
@@ -705,7 +715,19 @@ WHERE state = 'processing' AND (lease_until <= now() OR recovery_attempts > 0)`)
 
 const chargeColumns = `
 	id, merchant_id, idempotency_key, order_id, amount_cents,
-	currency, payment_token, description, status, decline_code, created_at, metadata`
+	currency, payment_token, description, status, decline_code, created_at, metadata,
+	capture_method, captured_cents`
+
+// setCapture sets a charge's capture method and captured amount from their
+// nullable columns (both NULL for an automatic charge).
+func setCapture(c *chargeonce.Charge, method *string, captured *int64) {
+	if method != nil {
+		c.CaptureMethod = chargeonce.CaptureMethod(*method)
+	}
+	if captured != nil {
+		c.CapturedCents = *captured
+	}
+}
 
 func scanCharge(row pgx.Row) (chargeonce.Charge, error) {
 	var (
@@ -713,9 +735,12 @@ func scanCharge(row pgx.Row) (chargeonce.Charge, error) {
 		status      string
 		declineCode *string
 		metadata    *string
+		method      *string
+		captured    *int64
 	)
 	err := row.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata)
+		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
+		&method, &captured)
 	if err != nil {
 		return chargeonce.Charge{}, err
 	}
@@ -726,6 +751,7 @@ func scanCharge(row pgx.Row) (chargeonce.Charge, error) {
 	if declineCode != nil {
 		c.DeclineCode = *declineCode
 	}
+	setCapture(&c, method, captured)
 	return c, nil
 }
 

@@ -14,7 +14,8 @@ const (
 	// chargeColumnsC are the columns chargeRow reads, for a query that
 	// names charges "c".
 	chargeColumnsC = `c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
-	c.currency, c.payment_token, c.description, c.status, c.decline_code, c.created_at, c.metadata`
+	c.currency, c.payment_token, c.description, c.status, c.decline_code, c.created_at, c.metadata,
+	c.capture_method, c.captured_cents`
 
 	// sqlChargeInsert inserts a new intent's processing charge; ?9 is the
 	// record's created_at, so the charge and its record share one instant.
@@ -22,6 +23,13 @@ const (
 	(id, merchant_id, idempotency_key, order_id, amount_cents, currency,
 	 payment_token, description, status, decline_code, created_at, updated_at, metadata)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'processing', NULL, ?9, ?9, ?10)`
+
+	// sqlChargeInsertManual is sqlChargeInsert for a charge with manual
+	// capture; automatic charges keep sqlChargeInsert as it was.
+	sqlChargeInsertManual = `INSERT INTO charges
+	(id, merchant_id, idempotency_key, order_id, amount_cents, currency,
+	 payment_token, description, status, decline_code, created_at, updated_at, metadata, capture_method)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'processing', NULL, ?9, ?9, ?10, 'manual')`
 
 	sqlChargeComplete = `UPDATE charges
 SET status = ?2, decline_code = nullif(?3, ''), updated_at = ` + nowMicros + `
@@ -45,13 +53,15 @@ type chargeRow struct {
 	status      string
 	declineCode sql.NullString
 	createdAt   int64
+	method      sql.NullString
+	captured    sql.NullInt64
 }
 
 func (r *chargeRow) dest() []any {
 	return []any{
 		&r.c.ID, &r.c.MerchantID, &r.c.IdempotencyKey, &r.c.OrderID, &r.c.AmountCents,
 		&r.c.Currency, &r.c.PaymentToken, &r.c.Description, &r.status, &r.declineCode,
-		&r.createdAt, metadataColumn{&r.c.Metadata},
+		&r.createdAt, metadataColumn{&r.c.Metadata}, &r.method, &r.captured,
 	}
 }
 
@@ -82,6 +92,8 @@ func (r *chargeRow) charge() chargeonce.Charge {
 	c.Status = chargeonce.Status(r.status)
 	c.DeclineCode = r.declineCode.String
 	c.CreatedAt = fromMicros(r.createdAt)
+	c.CaptureMethod = chargeonce.CaptureMethod(r.method.String)
+	c.CapturedCents = r.captured.Int64
 	return c
 }
 

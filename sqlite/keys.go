@@ -35,16 +35,17 @@ RETURNING created_at, lease_until, lease_until <= created_at`
 	keyColumns = `k.merchant_id, k.key, k.fingerprint, k.token, k.state,
 	k.lease_until, k.lease_until <= ` + nowMicros + `,
 	max(0, k.lease_until - ` + nowMicros + `), k.recovery_attempts,
-	k.lease_held, coalesce(k.acquirer_id, ''), max(0, ` + nowMicros + ` - coalesce(r.created_at, c.created_at)),
+	k.lease_held, coalesce(k.acquirer_id, ''), max(0, ` + nowMicros + ` - coalesce(r.created_at, o.created_at, c.created_at)),
 	k.response_status, k.response_body, k.created_at, k.expires_at,
 	coalesce(max(k.expires_at - ` + nowMicros + `, 0), 0),
-	coalesce(k.state = 'completed' AND k.expires_at <= ` + nowMicros + `, 0), ` + chargeColumnsC + `, ` + refundColumnsR
+	coalesce(k.state = 'completed' AND k.expires_at <= ` + nowMicros + `, 0), ` + chargeColumnsC + `, ` + refundColumnsR + `, ` + operationColumnsO
 
 	// keysFrom joins records of either kind to what they guard: a
 	// refund's record (its charge_id holds the refund's id) to its refund
 	// (r) and the refunded charge (c), a charge's to its charge (r NULL).
 	keysFrom = `FROM idempotency_keys k LEFT JOIN refunds r ON r.id = k.charge_id
-JOIN charges c ON c.id = coalesce(r.charge_id, k.charge_id)`
+LEFT JOIN charge_operations o ON o.id = k.charge_id
+JOIN charges c ON c.id = coalesce(r.charge_id, o.charge_id, k.charge_id)`
 
 	sqlKeySelect = `SELECT ` + keyColumns + `
 ` + keysFrom + `
@@ -144,12 +145,15 @@ func scanKey(r rowScanner) (rec chargeonce.KeyRecord, gone bool, err error) {
 	}
 	var c chargeRow
 	var rf refundRow
+	var op operationRow
 	dest = append(dest, c.dest()...)
 	dest = append(dest, rf.nullDest()...)
+	dest = append(dest, op.nullDest()...)
 	if err := r.Scan(dest...); err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
 	rec.Refund = rf.refundOrNil()
+	rec.Operation = op.operationOrNil()
 	rec.State = chargeonce.KeyState(state)
 	rec.LeaseUntil = fromMicros(leaseUntil)
 	rec.LeaseRemaining = time.Duration(remainingMicros) * time.Microsecond
@@ -238,7 +242,13 @@ func (s *Store) keyInsertTx(ctx context.Context, tx *sql.Tx, q *queries, p charg
 	if err != nil {
 		return chargeonce.KeyRecord{}, false, wrap("inserting idempotency key", err)
 	}
-	if _, err := tx.StmtContext(ctx, q.chargeInsert).ExecContext(ctx,
+	insert := tx.StmtContext(ctx, q.chargeInsert).ExecContext
+	if ch.CaptureMethod == chargeonce.CaptureManual {
+		insert = func(ctx context.Context, args ...any) (sql.Result, error) {
+			return tx.ExecContext(ctx, sqlChargeInsertManual, args...)
+		}
+	}
+	if _, err := insert(ctx,
 		ch.ID, ch.MerchantID, ch.IdempotencyKey, ch.OrderID, ch.AmountCents,
 		ch.Currency, ch.PaymentToken, ch.Description, createdAt, chargeonce.MetadataText(ch.Metadata),
 	); err != nil {
@@ -301,8 +311,11 @@ func (s *Store) KeyComplete(ctx context.Context, p chargeonce.KeyCompleteParams)
 // keyCompleteTx is KeyComplete's work inside tx: the one completion that
 // attempts, recovery and operators' resolutions (ChargeResolve) share.
 func keyCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.KeyCompleteParams) error {
-	if p.Kind == chargeonce.KindRefund {
+	switch p.Kind {
+	case chargeonce.KindRefund:
 		return refundCompleteTx(ctx, tx, q, p)
+	case chargeonce.KindCapture, chargeonce.KindCancel:
+		return operationCompleteTx(ctx, tx, q, p)
 	}
 	var chargeID string
 	err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,

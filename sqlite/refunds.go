@@ -24,9 +24,10 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?9)`
 	// WHERE clause and the CHECK on charges both refuse more than was
 	// captured (the writer lock serializes it with every other refund).
 	sqlRefundAdd = `UPDATE charges SET refunded_cents = refunded_cents + ?3
-WHERE merchant_id = ?1 AND id = ?2 AND status = 'captured' AND refunded_cents + ?3 <= amount_cents
+WHERE merchant_id = ?1 AND id = ?2 AND status = 'captured' AND refunded_cents + ?3 <= coalesce(captured_cents, amount_cents)
 RETURNING id, merchant_id, idempotency_key, order_id, amount_cents,
-	currency, payment_token, description, status, decline_code, created_at, metadata`
+	currency, payment_token, description, status, decline_code, created_at, metadata,
+	capture_method, captured_cents`
 
 	// sqlRefundComplete settles a pending refund; a failed or canceled one
 	// gives its amount back to what its charge may still refund.
@@ -120,7 +121,7 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 		amount := rf.AmountCents
 		if amount == 0 {
 			var remaining int64
-			err := tx.QueryRowContext(ctx, `SELECT amount_cents - refunded_cents FROM charges WHERE merchant_id = ?1 AND id = ?2`,
+			err := tx.QueryRowContext(ctx, `SELECT coalesce(captured_cents, amount_cents) - refunded_cents FROM charges WHERE merchant_id = ?1 AND id = ?2`,
 				rf.MerchantID, rf.ChargeID).Scan(&remaining)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return wrap("reading the refunded charge", err)
@@ -165,7 +166,7 @@ func refusedRefund(ctx context.Context, tx *sql.Tx, rf chargeonce.Refund) error 
 		status, currency string
 		amount, refunded int64
 	)
-	err := tx.QueryRowContext(ctx, `SELECT status, amount_cents, refunded_cents, currency FROM charges WHERE merchant_id = ?1 AND id = ?2`,
+	err := tx.QueryRowContext(ctx, `SELECT status, coalesce(captured_cents, amount_cents), refunded_cents, currency FROM charges WHERE merchant_id = ?1 AND id = ?2`,
 		rf.MerchantID, rf.ChargeID).Scan(&status, &amount, &refunded, &currency)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

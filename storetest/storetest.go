@@ -80,6 +80,7 @@ func Run(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 	tests = append(tests, pageTests...)
 	tests = append(tests, webhookTests...)
 	tests = append(tests, refundTests...)
+	tests = append(tests, operationTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -23,8 +23,13 @@ func (t *Tracing) Acquirer(a chargeonce.Acquirer) chargeonce.Acquirer {
 	}
 	ta := &tracedAcquirer{next: a, tracer: t.tracer}
 	if r, ok := a.(chargeonce.Refunder); ok {
-		// An acquirer that refunds still does once traced.
-		return &tracedRefunder{tracedAcquirer: ta, refunder: r}
+		// An acquirer that refunds still does once traced, and one that
+		// captures manually still does too (capture.go).
+		tr := &tracedRefunder{tracedAcquirer: ta, refunder: r}
+		if m, ok := a.(chargeonce.ManualCapturer); ok {
+			return &tracedManualCapturer{tracedRefunder: tr, manual: m}
+		}
+		return tr
 	}
 	return ta
 }

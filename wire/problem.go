@@ -36,6 +36,10 @@ var problems = map[string]ProblemInfo{
 	// Refunds: final answers about the charge's state, nothing kept.
 	chargeonce.ENOTREFUNDABLE: {http.StatusBadRequest, "Charge not refundable"},
 	chargeonce.EREFUNDEXCEEDS: {http.StatusBadRequest, "Refund exceeds captured amount"},
+	// Captures and cancels of authorizations, likewise.
+	chargeonce.ENOTAUTHORIZED:   {http.StatusBadRequest, "Charge not authorized"},
+	chargeonce.ECAPTUREEXCEEDS:  {http.StatusBadRequest, "Capture exceeds authorized amount"},
+	chargeonce.EOPERATIONFAILED: {http.StatusPaymentRequired, "Capture or cancel failed"},
 	// The operators' API (package admin).
 	chargeonce.ENOTPROCESSING: {http.StatusConflict, "Charge not processing"},
 	chargeonce.EDISAGREES:     {http.StatusConflict, "Acquirer disagrees"},

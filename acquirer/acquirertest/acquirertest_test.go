@@ -101,3 +101,13 @@ func TestStripeRefunds(t *testing.T) {
 	t.Parallel()
 	acquirertest.RunRefunds(t, func(t *testing.T) acquirertest.Harness { return stripeHarness(t, nil) })
 }
+
+func TestSimulatorManualCapture(t *testing.T) {
+	t.Parallel()
+	acquirertest.RunManualCapture(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, false) })
+}
+
+func TestHTTPClientManualCapture(t *testing.T) {
+	t.Parallel()
+	acquirertest.RunManualCapture(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, true) })
+}

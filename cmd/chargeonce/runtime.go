@@ -34,6 +34,7 @@ type runtimeFlags struct {
 	acq                     acquirerFlags
 	lease, reconcileEvery   time.Duration
 	keyTTL, sweepEvery      time.Duration
+	authorizationTTL        time.Duration
 	admissionWait           time.Duration
 	merchantRate            string
 	merchantBurst           int
@@ -60,6 +61,7 @@ func (f *runtimeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.reconcileEvery, "reconcile-every", recovery.DefaultEvery, "how often the recovery loop looks for orphaned charges")
 	fs.DurationVar(&f.keyTTL, "key-ttl", engine.DefaultKeyTTL, "how long an idempotency key is remembered after its charge became final; a key reused after that is a new intent")
 	fs.DurationVar(&f.sweepEvery, "sweep-every", recovery.DefaultSweepEvery, "how often expired keys are deleted")
+	fs.DurationVar(&f.authorizationTTL, "authorization-ttl", chargeonce.DefaultAuthorizationTTL, "how long an authorization (capture_method manual) waits for its capture before the sweeper cancels it at the acquirer")
 	fs.DurationVar(&f.admissionWait, "admission-wait", engine.DefaultAdmissionWait, "how long a new charge waits for a free acquirer slot before it is refused with 503 overloaded (429 rate-limited when its merchant holds its share of the slots)")
 	fs.StringVar(&f.merchantRate, "merchant-rate", strconv.Itoa(engine.DefaultMerchantRate)+"/s", "charges one merchant may start per second on this instance, as N, N/s, N/m or N/h; the excess is refused with 429 rate-limited (replays, 409s and 422s are still answered). A line 'rate acme 200/s burst 400' in the API keys gives a merchant its own (docs/operations.md, Secrets)")
 	fs.IntVar(&f.merchantBurst, "merchant-burst", engine.DefaultMerchantBurst, "how many attempts past --merchant-rate one merchant may start at once (the token bucket's size)")
@@ -80,7 +82,7 @@ func (f *runtimeFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 		v    time.Duration
 	}{
 		{"--lease", f.lease}, {"--reconcile-every", f.reconcileEvery}, {"--key-ttl", f.keyTTL},
-		{"--sweep-every", f.sweepEvery}, {"--admission-wait", f.admissionWait},
+		{"--sweep-every", f.sweepEvery}, {"--admission-wait", f.admissionWait}, {"--authorization-ttl", f.authorizationTTL},
 	} {
 		if d.v <= 0 {
 			return nil, fmt.Errorf("%s must be positive; got %s", d.name, d.v)
@@ -164,7 +166,8 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		engine:   eng,
 		metrics:  m,
 		rescuer:  recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
-		sweeper:  recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept}),
+		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept,
+			Canceler: eng, AuthorizationTTL: f.authorizationTTL}),
 		sender: webhook.NewSender(store, webhook.SenderOptions{Every: f.webhooks.every, Scale: f.webhooks.scale,
 			AllowPrivate: f.webhooks.allowPrivate, Logger: log, Observer: m.Webhooks()}),
 	}, nil

@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/wire"
+)
+
+// routeCapture adds the routes that settle an authorization (a charge with
+// capture_method manual): its capture and its cancel (SPEC "Money going
+// back").
+func (s *Server) routeCapture() {
+	s.mux.HandleFunc("POST /v1/charges/{id}/capture", s.handleOperation(chargeonce.KindCapture))
+	s.mux.HandleFunc("/v1/charges/{id}/capture", s.methodNotAllowed)
+	s.mux.HandleFunc("POST /v1/charges/{id}/cancel", s.handleOperation(chargeonce.KindCancel))
+	s.mux.HandleFunc("/v1/charges/{id}/cancel", s.methodNotAllowed)
+}
+
+// cancelBody is the body of POST /v1/charges/{id}/cancel: nothing, or {}.
+type cancelBody struct{}
+
+// handleOperation runs one attempt of a capture or a cancel through the
+// engine, with the charge protocol: Idempotency-Key required, 409 in
+// flight, 422 on key reuse, the stored answer replayed byte for byte.
+func (s *Server) handleOperation(kind chargeonce.RecordKind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		merchant, err := s.keys.authenticate(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		chargeID := r.PathValue("id")
+		if !plausibleChargeID(chargeID) {
+			s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no charge has that id: ids are visible ASCII"))
+			return
+		}
+		key, err := idempotency.ParseKey(r.Header.Values("Idempotency-Key"))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		body, err := s.readMerchantBody(w, r, merchant.ID)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if kind == chargeonce.KindCancel {
+			if len(body) > 0 {
+				if err := wire.Decode(body, &cancelBody{}); err != nil {
+					s.writeError(w, r, err)
+					return
+				}
+			}
+			resp, err := s.engine.Cancel(r.Context(), merchant.ID, chargeID, key)
+			s.writeAttempt(w, r, resp, err)
+			return
+		}
+		var req chargeonce.CaptureBody
+		if len(body) > 0 {
+			// An empty body captures the whole authorization, as {} does.
+			if err := wire.Decode(body, &req); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		if err := req.Normalize(); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		resp, err := s.engine.Capture(r.Context(), merchant.ID, chargeID, key, &req)
+		s.writeAttempt(w, r, resp, err)
+	}
+}

@@ -1,0 +1,252 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// operationColumns are a capture's or a cancel's columns (o: a
+// charge_operations row, or NULLs when the record guards something else),
+// read after refundColumns by scanAnyRecord. The age is the operation's, by
+// the database's clock.
+const operationColumns = `
+	o.id, o.kind, o.merchant_id, o.idempotency_key, o.charge_id, o.amount_cents, o.currency,
+	o.status, o.failure_reason, o.created_at,
+	GREATEST(0, (EXTRACT(EPOCH FROM now() - o.created_at) * 1000000)::bigint)`
+
+// keyInsertManualSQL is keyInsertSQL for a charge with manual capture: the
+// same statement, its charge marked capture_method 'manual'. Automatic
+// charges keep keyInsertSQL (and its batches) as they were.
+var keyInsertManualSQL = func() string {
+	r := strings.NewReplacer(
+		"payment_token, description, status, metadata)", "payment_token, description, status, metadata, capture_method)",
+		"'processing', $12 FROM k", "'processing', $12, 'manual' FROM k")
+	q := r.Replace(keyInsertSQL)
+	if strings.Count(q, "capture_method") != 1+strings.Count(keyInsertSQL, "capture_method") || !strings.Contains(q, "'manual' FROM k") {
+		panic("postgres: keyInsertManualSQL: keyInsertSQL changed shape")
+	}
+	return q
+}()
+
+// operationRow is the scan target of operationColumns, every column
+// nullable.
+type operationRow struct {
+	id, kind, merchant, key, chargeID, currency, status, failure *string
+	amount, age                                                  *int64
+	created                                                      *time.Time
+}
+
+func (r *operationRow) dest() []any {
+	return []any{&r.id, &r.kind, &r.merchant, &r.key, &r.chargeID, &r.amount, &r.currency,
+		&r.status, &r.failure, &r.created, &r.age}
+}
+
+func (r *operationRow) operation() *chargeonce.Operation {
+	op := &chargeonce.Operation{
+		ID: *r.id, Kind: chargeonce.RecordKind(*r.kind), MerchantID: *r.merchant, IdempotencyKey: *r.key,
+		ChargeID: *r.chargeID, AmountCents: *r.amount, Currency: *r.currency,
+		Status: chargeonce.OperationStatus(*r.status), CreatedAt: *r.created,
+	}
+	if r.failure != nil {
+		op.FailureReason = *r.failure
+	}
+	return op
+}
+
+// operationInsertSQL inserts a capture's or a cancel's record and its
+// pending operation in one statement, first: the record commits before the
+// acquirer is called.
+//
+// The database decides between operations of one charge: the partial
+// unique index charge_operations_one_live admits one pending or succeeded
+// operation per charge, so of concurrent captures and cancels (whatever
+// their keys) exactly one inserts, and the others' statements fail with a
+// unique violation, whole (nothing written). No operation is inserted for
+// a charge that is not authorized, nor for a capture past the authorized
+// amount (au is empty), and none when the key is taken: the second branch
+// then reads the record that holds it, of whatever kind.
+//
+// $8 = 0 captures (or, for a cancel, releases) the whole authorized amount.
+const operationInsertSQL = `
+WITH au AS (
+	SELECT id, currency, amount_cents FROM charges
+	WHERE merchant_id = $1 AND id = $7 AND status = 'authorized' AND $8::bigint <= amount_cents
+), k AS (
+	INSERT INTO idempotency_keys
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
+	SELECT $1, $2, $3, $4, 'processing', now() + $5::interval, $6 FROM au
+	ON CONFLICT (merchant_id, key) DO NOTHING
+	RETURNING *
+), o AS (
+	INSERT INTO charge_operations
+		(id, merchant_id, idempotency_key, charge_id, kind, amount_cents, currency, status)
+	SELECT $6, $1, $2, $7, $9, CASE WHEN $8::bigint = 0 THEN au.amount_cents ELSE $8::bigint END,
+		au.currency, 'pending'
+	FROM k, au
+	RETURNING *
+)
+SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
+FROM k JOIN o ON o.id = k.charge_id JOIN charges c ON c.id = o.charge_id
+	LEFT JOIN refunds r ON false
+UNION ALL
+SELECT false, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
+FROM idempotency_keys k` + anyRecordFrom + `
+WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+
+// OperationInsert writes the capture or cancel first and lets the database
+// refuse: see operationInsertSQL and chargeonce.Operations.
+func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInsertParams) (chargeonce.KeyRecord, bool, error) {
+	if err := p.CheckText(); err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	op := p.Operation
+	if op.Kind == chargeonce.KindCancel {
+		op.AmountCents = 0 // a void releases the whole authorization
+	}
+	for range keyInsertAttempts {
+		var inserted bool
+		rec, expired, err := scanAnyRecord(s.pool.QueryRow(ctx, operationInsertSQL,
+			op.MerchantID, op.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, op.ID,
+			op.ChargeID, op.AmountCents, string(op.Kind),
+		), &inserted)
+		if isUniqueViolation(err) {
+			if err := s.operationRefused(ctx, op); err != nil {
+				return chargeonce.KeyRecord{}, false, err
+			}
+			continue // the operation that held the charge failed since
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			// No record inserted nor seen: the charge is not authorized or
+			// the amount exceeds it, or the key is held by a record this
+			// snapshot cannot see.
+			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, op.MerchantID, op.IdempotencyKey))
+			if errors.Is(err, pgx.ErrNoRows) {
+				if err := s.operationRefused(ctx, op); err != nil {
+					return chargeonce.KeyRecord{}, false, err
+				}
+				continue
+			}
+			inserted = err == nil && rec.Token == p.Token
+		}
+		if err != nil {
+			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting %s: %w", op.Kind, translate(err))
+		}
+		if inserted {
+			return rec, true, nil
+		}
+		if expired && rec.State == chargeonce.KeyCompleted {
+			if err := s.deleteExpiredKey(ctx, op.MerchantID, op.IdempotencyKey); err != nil {
+				return chargeonce.KeyRecord{}, false, err
+			}
+			continue
+		}
+		return rec, false, nil
+	}
+	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting %s: the existing record kept disappearing; gave up after %d attempts", op.Kind, keyInsertAttempts)
+}
+
+// isUniqueViolation reports SQLSTATE 23505: here, another capture or
+// cancel of the charge holding charge_operations_one_live.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// operationRefused says why no operation op could be inserted: ENOTFOUND,
+// ENOTAUTHORIZED (naming an operation that holds the charge) or
+// ECAPTUREEXCEEDS; nil when nothing refuses it now (a record the insert's
+// snapshot could not see held the key, and is gone again).
+func (s *Store) operationRefused(ctx context.Context, op chargeonce.Operation) error {
+	var (
+		status, currency string
+		amount           int64
+		live             *string
+	)
+	err := s.pool.QueryRow(ctx, `
+SELECT c.status, c.amount_cents, c.currency,
+	(SELECT o.kind FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed' LIMIT 1)
+FROM charges c WHERE c.merchant_id = $1 AND c.id = $2`,
+		op.MerchantID, op.ChargeID).Scan(&status, &amount, &currency, &live)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", op.ChargeID)
+	case err != nil:
+		return fmt.Errorf("reading the charge of a %s: %w", op.Kind, translate(err))
+	case live != nil:
+		return chargeonce.NotAuthorized(op.ChargeID, op.Kind, chargeonce.Status(status), chargeonce.RecordKind(*live))
+	case status != string(chargeonce.StatusAuthorized):
+		return chargeonce.NotAuthorized(op.ChargeID, op.Kind, chargeonce.Status(status), "")
+	case op.AmountCents > amount:
+		return chargeonce.CaptureExceeds(op.ChargeID, op.AmountCents, amount, currency)
+	}
+	return nil
+}
+
+// operationCompleteSQL settles a capture's or a cancel's record as a
+// compare-and-set on the owner's token, like keyCompleteSQL: the record
+// completes (expiring $8 from now), the operation takes its final status,
+// and a succeeded one settles its charge captured (with the captured
+// amount) or canceled, all in one statement, whose charge update is what
+// records the charge.captured or charge.canceled event (the trigger of
+// migration 0017).
+const operationCompleteSQL = keyCompleteCTE + `, o AS (
+	UPDATE charge_operations
+	SET status = $6, failure_reason = NULLIF($7, ''), updated_at = now()
+	FROM k WHERE charge_operations.id = k.charge_id AND charge_operations.status = 'pending'
+	RETURNING charge_operations.charge_id, charge_operations.kind, charge_operations.amount_cents
+), c AS (
+	UPDATE charges
+	SET status = CASE o.kind WHEN 'capture' THEN 'captured' ELSE 'canceled' END,
+		captured_cents = CASE o.kind WHEN 'capture' THEN o.amount_cents END,
+		updated_at = now()
+	FROM o WHERE charges.id = o.charge_id AND $6 = 'succeeded' AND charges.status = 'authorized'
+)
+SELECT count(*) FROM k`
+
+func (s *Store) operationComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {
+	if !p.OperationStatus.Final() {
+		return chargeonce.Errorf(chargeonce.EINVALID, "a %s completes succeeded or failed, not %q", p.Kind, p.OperationStatus)
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, operationCompleteSQL,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.OperationStatus), p.FailureReason, p.TTL,
+	).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("completing %s: %w", p.Kind, translate(err))
+	}
+	if n == 0 {
+		return staleErr(p.Key)
+	}
+	return nil
+}
+
+// AuthorizationsExpired lists authorizations older than ttl with no
+// capture or cancel holding them, oldest first, by the partial index on
+// authorized charges (it holds no automatic charge).
+func (s *Store) AuthorizationsExpired(ctx context.Context, ttl time.Duration, limit int) ([]chargeonce.ExpiredAuthorization, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT c.merchant_id, c.id FROM charges c
+WHERE c.status = 'authorized' AND c.created_at <= now() - $1::interval
+	AND NOT EXISTS (SELECT FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed')
+ORDER BY c.created_at
+LIMIT $2`, ttl, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing expired authorizations: %w", translate(err))
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[chargeonce.ExpiredAuthorization])
+	if err != nil {
+		return nil, fmt.Errorf("listing expired authorizations: %w", translate(err))
+	}
+	return out, nil
+}

@@ -1,0 +1,224 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/chargeonce/chargeonce"
+)
+
+// The statements on captures and cancels of authorizations.
+const (
+	// operationColumnsO are the columns operationRow reads, for a query
+	// that names charge_operations "o".
+	operationColumnsO = `o.id, o.kind, o.merchant_id, o.idempotency_key, o.charge_id, o.amount_cents,
+	o.currency, o.status, o.failure_reason, o.created_at`
+
+	// sqlOperationInsert inserts a pending capture or cancel. The partial
+	// unique index charge_operations_one_live refuses a second one pending
+	// or succeeded for the charge.
+	sqlOperationInsert = `INSERT INTO charge_operations
+	(id, merchant_id, idempotency_key, charge_id, kind, amount_cents, currency, status, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8)`
+
+	// sqlOperationComplete settles a pending capture or cancel.
+	sqlOperationComplete = `UPDATE charge_operations SET status = ?2, failure_reason = nullif(?3, ''), updated_at = ` + nowMicros + `
+WHERE id = ?1 AND status = 'pending'
+RETURNING charge_id, kind, amount_cents`
+
+	// sqlOperationSettleCharge settles an authorized charge captured (with
+	// the captured amount) or canceled; the trigger on charges records
+	// charge.captured or charge.canceled.
+	sqlOperationSettleCharge = `UPDATE charges
+SET status = CASE ?2 WHEN 'capture' THEN 'captured' ELSE 'canceled' END,
+	captured_cents = CASE ?2 WHEN 'capture' THEN ?3 END,
+	updated_at = ` + nowMicros + `
+WHERE id = ?1 AND status = 'authorized'`
+)
+
+// operationRow is the scan target of operationColumnsO, every column
+// nullable (other records join no operation).
+type operationRow struct {
+	id, kind, merchantID, key, chargeID, currency, status, failure sql.NullString
+	amount, createdAt                                              sql.NullInt64
+}
+
+func (r *operationRow) nullDest() []any {
+	return []any{&r.id, &r.kind, &r.merchantID, &r.key, &r.chargeID, &r.amount,
+		&r.currency, &r.status, &r.failure, &r.createdAt}
+}
+
+func (r *operationRow) operationOrNil() *chargeonce.Operation {
+	if !r.id.Valid {
+		return nil
+	}
+	return &chargeonce.Operation{
+		ID: r.id.String, Kind: chargeonce.RecordKind(r.kind.String), MerchantID: r.merchantID.String,
+		IdempotencyKey: r.key.String, ChargeID: r.chargeID.String, AmountCents: r.amount.Int64,
+		Currency: r.currency.String, Status: chargeonce.OperationStatus(r.status.String),
+		FailureReason: r.failure.String, CreatedAt: fromMicros(r.createdAt.Int64),
+	}
+}
+
+// OperationInsert inserts the operation's record first, then (when it
+// won, and the charge is authorized and the amount within it) the pending
+// operation, in one transaction on the single writer: operations of one
+// charge are serialized by it, and the partial unique index behind it
+// keeps one pending or succeeded per charge. A refusal rolls the record
+// back with it.
+func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInsertParams) (chargeonce.KeyRecord, bool, error) {
+	if err := p.CheckText(); err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	q, err := s.prepared(ctx)
+	if err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	op := p.Operation
+	if op.Kind == chargeonce.KindCancel {
+		op.AmountCents = 0
+	}
+	var (
+		rec      chargeonce.KeyRecord
+		inserted bool
+	)
+	err = s.write(ctx, "inserting "+string(op.Kind), func(ctx context.Context, tx *sql.Tx) error {
+		var createdAt, leaseUntil int64
+		var leaseExpired bool
+		insertKey := func() error {
+			return tx.StmtContext(ctx, q.keyInsert).QueryRowContext(ctx,
+				op.MerchantID, op.IdempotencyKey, p.Fingerprint, p.Token, micros(p.Lease), op.ID,
+			).Scan(&createdAt, &leaseUntil, &leaseExpired)
+		}
+		err := insertKey()
+		if errors.Is(err, sql.ErrNoRows) {
+			existing, gone, rerr := scanKey(tx.StmtContext(ctx, q.keySelectW).QueryRowContext(ctx, op.MerchantID, op.IdempotencyKey))
+			if rerr != nil {
+				return wrap("reading existing idempotency key", rerr)
+			}
+			if !gone {
+				rec = existing
+				return nil
+			}
+			if _, derr := tx.StmtContext(ctx, q.keyDelete).ExecContext(ctx, op.MerchantID, op.IdempotencyKey); derr != nil {
+				return wrap("deleting expired idempotency key", derr)
+			}
+			err = insertKey()
+		}
+		if err != nil {
+			return wrap("inserting idempotency key", err)
+		}
+		var cr chargeRow
+		err = tx.QueryRowContext(ctx, `SELECT `+chargeColumnsC+` FROM charges c WHERE c.merchant_id = ?1 AND c.id = ?2`,
+			op.MerchantID, op.ChargeID).Scan(cr.dest()...)
+		if errors.Is(err, sql.ErrNoRows) {
+			return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", op.ChargeID)
+		}
+		if err != nil {
+			return wrap("reading the charge of a "+string(op.Kind), err)
+		}
+		ch := cr.charge()
+		var live sql.NullString
+		if err := tx.QueryRowContext(ctx, `SELECT kind FROM charge_operations WHERE charge_id = ?1 AND status <> 'failed' LIMIT 1`,
+			op.ChargeID).Scan(&live); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return wrap("reading the operations of the charge", err)
+		}
+		switch {
+		case live.Valid:
+			return chargeonce.NotAuthorized(op.ChargeID, op.Kind, ch.Status, chargeonce.RecordKind(live.String))
+		case ch.Status != chargeonce.StatusAuthorized:
+			return chargeonce.NotAuthorized(op.ChargeID, op.Kind, ch.Status, "")
+		case op.AmountCents > ch.AmountCents:
+			return chargeonce.CaptureExceeds(op.ChargeID, op.AmountCents, ch.AmountCents, ch.Currency)
+		}
+		amount := op.AmountCents
+		if amount == 0 {
+			amount = ch.AmountCents
+		}
+		if _, err := tx.ExecContext(ctx, sqlOperationInsert, op.ID, op.MerchantID, op.IdempotencyKey, op.ChargeID,
+			string(op.Kind), amount, ch.Currency, createdAt); err != nil {
+			return wrap("inserting "+string(op.Kind), err)
+		}
+		no := op
+		no.AmountCents, no.Currency, no.Status, no.FailureReason, no.CreatedAt = amount, ch.Currency, chargeonce.OperationPending, "", fromMicros(createdAt)
+		rec = chargeonce.KeyRecord{
+			MerchantID: op.MerchantID, Key: op.IdempotencyKey, Fingerprint: p.Fingerprint, Token: p.Token,
+			State: chargeonce.KeyProcessing, LeaseUntil: fromMicros(leaseUntil), LeaseExpired: leaseExpired,
+			LeaseHeld: true, CreatedAt: no.CreatedAt, Charge: ch, Operation: &no,
+			LeaseRemaining: time.Duration(max(0, leaseUntil-createdAt)) * time.Microsecond,
+		}
+		inserted = true
+		return nil
+	})
+	if err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
+	return rec, inserted, nil
+}
+
+// operationCompleteTx is KeyComplete's work for a capture's or a cancel's
+// record inside tx: the record, the operation and (when it succeeded) the
+// charge settle together.
+func operationCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.KeyCompleteParams) error {
+	if !p.OperationStatus.Final() {
+		return chargeonce.Errorf(chargeonce.EINVALID, "a %s completes succeeded or failed, not %q", p.Kind, p.OperationStatus)
+	}
+	var opID string
+	err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
+	).Scan(&opID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return stale(p.Key)
+	}
+	if err != nil {
+		return wrap("completing idempotency key", err)
+	}
+	var chargeID, kind string
+	var amount int64
+	err = tx.QueryRowContext(ctx, sqlOperationComplete, opID, string(p.OperationStatus), p.FailureReason).Scan(&chargeID, &kind, &amount)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // settled already: the record alone completes
+	}
+	if err != nil {
+		return wrap("completing "+string(p.Kind), err)
+	}
+	if p.OperationStatus == chargeonce.OperationSucceeded {
+		if _, err := tx.ExecContext(ctx, sqlOperationSettleCharge, chargeID, kind, amount); err != nil {
+			return wrap("settling the authorized charge", err)
+		}
+	}
+	return nil
+}
+
+// AuthorizationsExpired lists authorizations older than ttl with no
+// capture or cancel holding them, oldest first, by the partial index on
+// authorized charges.
+func (s *Store) AuthorizationsExpired(ctx context.Context, ttl time.Duration, limit int) ([]chargeonce.ExpiredAuthorization, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.rdb.QueryContext(ctx, `
+SELECT c.merchant_id, c.id FROM charges c
+WHERE c.status = 'authorized' AND c.created_at <= `+nowMicros+` - ?1
+	AND NOT EXISTS (SELECT 1 FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed')
+ORDER BY c.created_at
+LIMIT ?2`, micros(ttl), limit)
+	if err != nil {
+		return nil, wrap("listing expired authorizations", err)
+	}
+	defer rows.Close()
+	var out []chargeonce.ExpiredAuthorization
+	for rows.Next() {
+		var a chargeonce.ExpiredAuthorization
+		if err := rows.Scan(&a.MerchantID, &a.ChargeID); err != nil {
+			return nil, wrap("listing expired authorizations", err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("listing expired authorizations", err)
+	}
+	return out, nil
+}
