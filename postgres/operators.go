@@ -34,7 +34,8 @@ func scanHistory(row pgx.Row) (chargeonce.HistoryEntry, error) {
 }
 
 // ChargesListStuck pages through the processing records of every merchant
-// and of either kind (a charge's, or a refund's with its charge), oldest
+// and of either kind (a charge's, or a refund's with its charge; not yet a
+// manual capture's or a void's, which recovery drives), oldest
 // first, with each one's newest history entry and whether a live lease
 // holds it (computed in the statement, by the database's clock; such
 // records are left out unless p.IncludeLeased). Processing records are few
@@ -71,7 +72,7 @@ FROM idempotency_keys k`+anyRecordFrom+`
 LEFT JOIN LATERAL (
 	SELECT * FROM charge_history hh WHERE hh.charge_id = k.charge_id ORDER BY hh.id DESC LIMIT 1
 ) h ON true
-WHERE k.state = 'processing'
+WHERE k.state = 'processing' AND o.id IS NULL
 	AND ($1 = '' OR k.merchant_id = $1)
 	AND COALESCE(r.created_at, c.created_at) <= now() - $2::interval
 	AND ($3::timestamptz IS NULL OR (COALESCE(r.created_at, c.created_at), k.charge_id) > ($3, $4))
@@ -281,7 +282,7 @@ WITH o AS (
 		AND k.state = 'processing' AND (k.lease_until <= now() OR NOT k.lease_held)
 	RETURNING k.*
 )
-SELECT `+refundColumns+`, `+recordColumns+`
+SELECT `+refundColumns+`, `+operationColumns+`, `+recordColumns+`
 FROM k`+anyRecordFrom, id, newToken, lease))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.KeyRecord{}, s.resolveClaimRefused(ctx, id)

@@ -70,7 +70,7 @@ SELECT `+chargeColumnsC+`,
 `+keysFrom+`
 LEFT JOIN charge_history h ON h.id = (
 	SELECT max(hh.id) FROM charge_history hh WHERE hh.charge_id = k.charge_id)
-WHERE k.state = 'processing'
+WHERE k.state = 'processing' AND o.id IS NULL
 	AND (?1 = '' OR k.merchant_id = ?1)
 	AND coalesce(r.created_at, c.created_at) <= `+nowMicros+` - ?2
 	AND (?3 IS NULL OR coalesce(r.created_at, c.created_at) > ?3

@@ -27,6 +27,7 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"StuckListBadParams", testStuckListBadParams},
 		{"StuckListLeavesOutLiveLeases", testStuckListLeavesOutLiveLeases},
 		{"StuckRefundsListedAndResolved", testStuckRefundsListedAndResolved},
+		{"StuckListHoldsNoOperations", testStuckListHoldsNoOperations},
 		{"CommonPathWritesNoHistory", testCommonPathWritesNoHistory},
 		{"HistoryAppendsInOrder", testHistoryAppendsInOrder},
 		{"ResolveTakesOverAndAudits", testResolveTakesOverAndAudits},
@@ -719,4 +720,21 @@ func testAcquirerIDAndAge(t *testing.T, s chargeonce.Store, o chargeonce.Operato
 	}
 	complete(t, s, "m1", "k", recs[0].Token, []byte(`{}`))
 	wantCode(t, "KeyAcquirerIDSet once completed", s.KeyAcquirerIDSet(t.Context(), "m1", "k", recs[0].Token, "pi_2"), chargeonce.ESTALE)
+}
+
+// testStuckListHoldsNoOperations: a manual capture or void whose outcome
+// is pending is not listed as its charge (which is authorized, not
+// processing: resolving it as a charge would be refused, or worse, read as
+// the charge's own capture). Recovery drives such operations; the console
+// does not list them yet.
+func testStuckListHoldsNoOperations(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	ch := authorizedCharge(t, s, "ops-"+randHex(4), 1000)
+	insertOperation(t, s, newOperation(ch, chargeonce.KindCapture, "pending-capture", 0))
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{MerchantID: ch.MerchantID, Limit: 50, IncludeLeased: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range page.Charges {
+		t.Errorf("stuck list holds %s (status %s, refund %v) for a pending capture of an authorized charge", sc.Charge.ID, sc.Charge.Status, sc.Refund)
+	}
 }
