@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/chargeonce/chargeonce"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/httpapi"
