@@ -69,7 +69,7 @@ func (n *nemesis) run(until time.Time) {
 			n.healDue(false)
 			time.Sleep(50 * time.Millisecond)
 		}
-		n.supervise()
+		n.supervise(false)
 		if n.c.ha != nil {
 			n.haStep()
 		}
@@ -81,23 +81,50 @@ func (n *nemesis) run(until time.Time) {
 		n.inject()
 	}
 	n.healDue(true)
-	n.supervise()
+	n.supervise(false)
 	if n.c.ha != nil {
 		n.haFinish()
 	}
+	// Everything is healed: an instance that still could not start once
+	// the database was back is an error now.
+	for deadline := time.Now().Add(30 * time.Second); n.down() && time.Now().Before(deadline); time.Sleep(time.Second) {
+		n.supervise(false)
+	}
+	n.supervise(true)
+}
+
+// down reports whether an instance is not running and no heal will start it.
+func (n *nemesis) down() bool {
+	for _, p := range n.c.instances() {
+		if !p.alive() && !n.restarting(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// noDatabaseAtStart reports whether err says an instance exited as it
+// started because the database could not be reached (a failover in
+// progress, the primary down): a supervisor starts it again later, as
+// supervise does, so it is no fault of the instance's while faults last.
+func noDatabaseAtStart(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "exited before listening") && strings.Contains(msg, "--db: connecting to PostgreSQL")
 }
 
 // supervise restarts every instance that exited by itself, as systemd or
 // Kubernetes would: a worker exits when it cannot reach NATS or the
 // database as it starts, which a restart during a fault can meet. An
-// instance the nemesis killed is left to that kill's own heal.
-func (n *nemesis) supervise() {
+// instance the nemesis killed is left to that kill's own heal. Unless
+// final, an instance that exits again because the database is still out
+// of reach is left for the next round.
+func (n *nemesis) supervise(final bool) {
 	for _, p := range n.c.instances() {
 		if p.alive() || n.restarting(p) {
 			continue
 		}
 		i := n.record("exited-restarted", p.name)
-		if err := p.run(strings.HasPrefix(p.name, "serve")); err != nil {
+		if err := p.run(strings.HasPrefix(p.name, "serve")); err != nil && (final || !noDatabaseAtStart(err)) {
 			n.errs = append(n.errs, fmt.Sprintf("restarting %s: %v", p.name, err))
 		}
 		n.faults[i].End = n.h.now()
@@ -220,7 +247,11 @@ func (n *nemesis) inject() {
 		if kind == "kill" {
 			p.kill()
 			n.later(i, n.between(300*time.Millisecond, 2*time.Second), func() error {
-				return p.run(strings.HasPrefix(p.name, "serve"))
+				err := p.run(strings.HasPrefix(p.name, "serve"))
+				if err != nil && noDatabaseAtStart(err) {
+					return nil // exited: supervise starts it again
+				}
+				return err
 			})
 			n.pending[len(n.pending)-1].proc = p
 			return

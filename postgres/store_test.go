@@ -121,7 +121,7 @@ func TestMigrateCreatesInSearchPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(tables, ","), "charge_history,charge_operations,charges,idempotency_keys,outbox,recon_runs,refunds,schema_migration_steps,schema_migrations,webhook_attempts,webhook_deliveries,webhook_endpoints,webhook_events"; got != want {
+	if got, want := strings.Join(tables, ","), "charge_history,charge_operations,charges,idempotency_keys,outbox,recon_acks,recon_run_merchants,recon_runs,refunds,schema_migration_steps,schema_migrations,webhook_attempts,webhook_deliveries,webhook_endpoints,webhook_events"; got != want {
 		t.Fatalf("tables in %s: %s, want %s", schema, got, want)
 	}
 }
