@@ -4,8 +4,6 @@ import (
 	"net/http"
 
 	"github.com/chargeonce/chargeonce"
-	"github.com/chargeonce/chargeonce/idempotency"
-	"github.com/chargeonce/chargeonce/wire"
 )
 
 // routeCapture adds the routes that settle an authorization (a charge with
@@ -26,50 +24,30 @@ type cancelBody struct{}
 // flight, 422 on key reuse, the stored answer replayed byte for byte.
 func (s *Server) handleOperation(kind chargeonce.RecordKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		merchant, err := s.keys.authenticate(r)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		chargeID := r.PathValue("id")
-		if !plausibleChargeID(chargeID) {
-			s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no charge has that id: ids are visible ASCII"))
-			return
-		}
-		key, err := idempotency.ParseKey(r.Header.Values("Idempotency-Key"))
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		body, err := s.readMerchantBody(w, r, merchant.ID)
-		if err != nil {
-			s.writeError(w, r, err)
+		a, ok := s.readChargeAttempt(w, r)
+		if !ok {
 			return
 		}
 		if kind == chargeonce.KindCancel {
-			if len(body) > 0 {
-				if err := wire.Decode(body, &cancelBody{}); err != nil {
-					s.writeError(w, r, err)
-					return
-				}
+			if err := decodeOptional(a.body, &cancelBody{}); err != nil {
+				s.writeError(w, r, err)
+				return
 			}
-			resp, err := s.engine.Cancel(r.Context(), merchant.ID, chargeID, key)
+			resp, err := s.engine.Cancel(r.Context(), a.merchantID, a.chargeID, a.key)
 			s.writeAttempt(w, r, resp, err)
 			return
 		}
 		var req chargeonce.CaptureBody
-		if len(body) > 0 {
-			// An empty body captures the whole authorization, as {} does.
-			if err := wire.Decode(body, &req); err != nil {
-				s.writeError(w, r, err)
-				return
-			}
+		// An empty body captures the whole authorization, as {} does.
+		if err := decodeOptional(a.body, &req); err != nil {
+			s.writeError(w, r, err)
+			return
 		}
 		if err := req.Normalize(); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-		resp, err := s.engine.Capture(r.Context(), merchant.ID, chargeID, key, &req)
+		resp, err := s.engine.Capture(r.Context(), a.merchantID, a.chargeID, a.key, &req)
 		s.writeAttempt(w, r, resp, err)
 	}
 }

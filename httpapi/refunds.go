@@ -25,40 +25,63 @@ func (s *Server) routeRefunds() {
 // the charge protocol: Idempotency-Key required, 409 in flight, 422 on key
 // reuse, the stored answer replayed byte for byte.
 func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
-	merchant, err := s.keys.authenticate(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	chargeID := r.PathValue("id")
-	if !plausibleChargeID(chargeID) {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no charge has that id: ids are visible ASCII"))
-		return
-	}
-	key, err := idempotency.ParseKey(r.Header.Values("Idempotency-Key"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	body, err := s.readMerchantBody(w, r, merchant.ID)
-	if err != nil {
-		s.writeError(w, r, err)
+	a, ok := s.readChargeAttempt(w, r)
+	if !ok {
 		return
 	}
 	var req chargeonce.RefundRequest
-	if len(body) > 0 {
-		// An empty body refunds what remains, as {} does.
-		if err := wire.Decode(body, &req); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
+	// An empty body refunds what remains, as {} does.
+	if err := decodeOptional(a.body, &req); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	if err := req.Normalize(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	resp, err := s.engine.Refund(r.Context(), merchant.ID, chargeID, key, &req)
+	resp, err := s.engine.Refund(r.Context(), a.merchantID, a.chargeID, a.key, &req)
 	s.writeAttempt(w, r, resp, err)
+}
+
+// chargeAttempt is what every money operation on a charge (a refund, a
+// capture, a cancel) reads from its request before its own body.
+type chargeAttempt struct {
+	merchantID, chargeID, key string
+	body                      []byte
+}
+
+// readChargeAttempt authenticates r, checks the charge id in its path and
+// its Idempotency-Key, and reads its body within the merchant's share; on
+// failure it has answered the problem and ok is false.
+func (s *Server) readChargeAttempt(w http.ResponseWriter, r *http.Request) (a chargeAttempt, ok bool) {
+	merchant, err := s.keys.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return a, false
+	}
+	a.merchantID, a.chargeID = merchant.ID, r.PathValue("id")
+	if !plausibleChargeID(a.chargeID) {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no charge has that id: ids are visible ASCII"))
+		return a, false
+	}
+	if a.key, err = idempotency.ParseKey(r.Header.Values("Idempotency-Key")); err != nil {
+		s.writeError(w, r, err)
+		return a, false
+	}
+	if a.body, err = s.readMerchantBody(w, r, merchant.ID); err != nil {
+		s.writeError(w, r, err)
+		return a, false
+	}
+	return a, true
+}
+
+// decodeOptional decodes body strictly into v; an empty body leaves v as
+// it is, as {} would.
+func decodeOptional(body []byte, v any) error {
+	if len(body) == 0 {
+		return nil
+	}
+	return wire.Decode(body, v)
 }
 
 func (s *Server) handleGetRefund(w http.ResponseWriter, r *http.Request) {
