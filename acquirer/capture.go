@@ -1,7 +1,6 @@
 package acquirer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -269,19 +268,8 @@ var _ chargeonce.ManualCapturer = (*Client)(nil)
 // Authorize implements chargeonce.ManualCapturer over the simulator's HTTP
 // API (POST /v1/authorizations), with Capture's outcome classes.
 func (c *Client) Authorize(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return chargeonce.CaptureResult{}, fmt.Errorf("acquirer: encoding authorization %s: %w", req.Reference, err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/authorizations", bytes.NewReader(body))
-	if err != nil {
-		return chargeonce.CaptureResult{}, fmt.Errorf("acquirer: authorizing %s: %w", req.Reference, err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set("Idempotency-Key", req.Reference)
 	var resp captureResponse
-	if err := c.do(hreq, &resp); err != nil {
+	if err := c.post(ctx, "/v1/authorizations", req.Reference, req, &resp); err != nil {
 		return chargeonce.CaptureResult{}, fmt.Errorf("acquirer: authorizing %s: %w", req.Reference, err)
 	}
 	res := chargeonce.CaptureResult{Reference: resp.Reference, Status: resp.Status}
@@ -312,19 +300,8 @@ func (c *Client) Void(ctx context.Context, req chargeonce.OperationCall) (charge
 }
 
 func (c *Client) operation(ctx context.Context, req chargeonce.OperationCall, verb string) (chargeonce.OperationResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return chargeonce.OperationResult{}, fmt.Errorf("acquirer: encoding %s %s: %w", verb, req.Reference, err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/authorizations/"+verb, bytes.NewReader(body))
-	if err != nil {
-		return chargeonce.OperationResult{}, fmt.Errorf("acquirer: %s %s: %w", verb, req.Reference, err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set("Idempotency-Key", req.Reference)
 	var res chargeonce.OperationResult
-	if err := c.do(hreq, &res); err != nil {
+	if err := c.post(ctx, "/v1/authorizations/"+verb, req.Reference, req, &res); err != nil {
 		return chargeonce.OperationResult{}, fmt.Errorf("acquirer: %s %s: %w", verb, req.Reference, err)
 	}
 	if res.Reference != req.Reference || !res.Status.Final() {

@@ -96,20 +96,8 @@ func Rejected(status int) bool {
 // matching chargeonce.ErrCaptureRejected is a definite refusal (see
 // Rejected); any other error means the outcome is unknown.
 func (c *Client) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return chargeonce.CaptureResult{}, fmt.Errorf("acquirer: encoding capture %s: %w", req.Reference, err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/captures", bytes.NewReader(body))
-	if err != nil {
-		return chargeonce.CaptureResult{}, fmt.Errorf("acquirer: capturing %s: %w", req.Reference, err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set("Idempotency-Key", req.Reference)
-
 	var resp captureResponse
-	if err := c.do(hreq, &resp); err != nil {
+	if err := c.post(ctx, "/v1/captures", req.Reference, req, &resp); err != nil {
 		return chargeonce.CaptureResult{}, fmt.Errorf("acquirer: capturing %s: %w", req.Reference, err)
 	}
 	res := chargeonce.CaptureResult{Reference: resp.Reference, Status: resp.Status}
@@ -209,6 +197,24 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("acquirer: getting stats: %w", err)
 	}
 	return st, nil
+}
+
+// post sends in as JSON to path with reference as its Idempotency-Key, as
+// every money operation of the simulator's API is sent, and decodes the 200
+// answer into out (do).
+func (c *Client) post(ctx context.Context, path, reference string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("encoding the request: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("Idempotency-Key", reference)
+	return c.do(hreq, out)
 }
 
 func (c *Client) newGet(ctx context.Context, path string) (*http.Request, error) {

@@ -1,7 +1,6 @@
 package acquirer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -221,19 +220,8 @@ var _ chargeonce.Refunder = (*Client)(nil)
 // Refund implements chargeonce.Refunder over the simulator's HTTP API (POST
 // /v1/refunds), with the outcome classes of Capture.
 func (c *Client) Refund(ctx context.Context, req chargeonce.RefundCall) (chargeonce.RefundResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return chargeonce.RefundResult{}, fmt.Errorf("acquirer: encoding refund %s: %w", req.Reference, err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/refunds", bytes.NewReader(body))
-	if err != nil {
-		return chargeonce.RefundResult{}, fmt.Errorf("acquirer: refunding %s: %w", req.Reference, err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set("Idempotency-Key", req.Reference)
 	var res chargeonce.RefundResult
-	if err := c.do(hreq, &res); err != nil {
+	if err := c.post(ctx, "/v1/refunds", req.Reference, req, &res); err != nil {
 		return chargeonce.RefundResult{}, fmt.Errorf("acquirer: refunding %s: %w", req.Reference, err)
 	}
 	if res.Reference != req.Reference || !res.Status.Final() {
