@@ -85,30 +85,12 @@ func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInser
 		inserted bool
 	)
 	err = s.write(ctx, "inserting "+string(op.Kind), func(ctx context.Context, tx *sql.Tx) error {
-		var createdAt, leaseUntil int64
-		var leaseExpired bool
-		insertKey := func() error {
-			return tx.StmtContext(ctx, q.keyInsert).QueryRowContext(ctx,
-				op.MerchantID, op.IdempotencyKey, p.Fingerprint, p.Token, micros(p.Lease), op.ID,
-			).Scan(&createdAt, &leaseUntil, &leaseExpired)
-		}
-		err := insertKey()
-		if errors.Is(err, sql.ErrNoRows) {
-			existing, gone, rerr := scanKey(tx.StmtContext(ctx, q.keySelectW).QueryRowContext(ctx, op.MerchantID, op.IdempotencyKey))
-			if rerr != nil {
-				return wrap("reading existing idempotency key", rerr)
+		createdAt, leaseUntil, leaseExpired, existing, err := insertObjectKey(ctx, tx, q, op.MerchantID, op.IdempotencyKey, op.ID, p.Fingerprint, p.Token, p.Lease)
+		if err != nil || existing != nil {
+			if existing != nil {
+				rec = *existing
 			}
-			if !gone {
-				rec = existing
-				return nil
-			}
-			if _, derr := tx.StmtContext(ctx, q.keyDelete).ExecContext(ctx, op.MerchantID, op.IdempotencyKey); derr != nil {
-				return wrap("deleting expired idempotency key", derr)
-			}
-			err = insertKey()
-		}
-		if err != nil {
-			return wrap("inserting idempotency key", err)
+			return err
 		}
 		var cr chargeRow
 		err = tx.QueryRowContext(ctx, `SELECT `+chargeColumnsC+` FROM charges c WHERE c.merchant_id = ?1 AND c.id = ?2`,
@@ -221,4 +203,36 @@ LIMIT ?2`, micros(ttl), limit)
 		return nil, wrap("listing expired authorizations", err)
 	}
 	return out, nil
+}
+
+// insertObjectKey inserts, in tx, the idempotency record of a refund or an
+// operation (objectID in its charge_id column) as KeyInsert does a
+// charge's: a record that holds the key is returned as existing, one that
+// expired is deleted and the key inserted again. For an inserted record it
+// returns what the database set: its creation time, lease end and whether
+// the lease has already ended (in microseconds of the database's clock).
+func insertObjectKey(ctx context.Context, tx *sql.Tx, q *queries, merchantID, key, objectID, fingerprint, token string, lease time.Duration) (createdAt, leaseUntil int64, leaseExpired bool, existing *chargeonce.KeyRecord, err error) {
+	insert := func() error {
+		return tx.StmtContext(ctx, q.keyInsert).QueryRowContext(ctx,
+			merchantID, key, fingerprint, token, micros(lease), objectID,
+		).Scan(&createdAt, &leaseUntil, &leaseExpired)
+	}
+	err = insert()
+	if errors.Is(err, sql.ErrNoRows) {
+		rec, gone, rerr := scanKey(tx.StmtContext(ctx, q.keySelectW).QueryRowContext(ctx, merchantID, key))
+		if rerr != nil {
+			return 0, 0, false, nil, wrap("reading existing idempotency key", rerr)
+		}
+		if !gone {
+			return 0, 0, false, &rec, nil
+		}
+		if _, derr := tx.StmtContext(ctx, q.keyDelete).ExecContext(ctx, merchantID, key); derr != nil {
+			return 0, 0, false, nil, wrap("deleting expired idempotency key", derr)
+		}
+		err = insert()
+	}
+	if err != nil {
+		return 0, 0, false, nil, wrap("inserting idempotency key", err)
+	}
+	return createdAt, leaseUntil, leaseExpired, nil, nil
 }

@@ -90,30 +90,12 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 	err = s.write(ctx, "inserting refund", func(ctx context.Context, tx *sql.Tx) error {
 		// The key first: a replay or a key in flight is answered with its
 		// record whatever the charge's state now.
-		var createdAt, leaseUntil int64
-		var leaseExpired bool
-		insertKey := func() error {
-			return tx.StmtContext(ctx, q.keyInsert).QueryRowContext(ctx,
-				rf.MerchantID, rf.IdempotencyKey, p.Fingerprint, p.Token, micros(p.Lease), rf.ID,
-			).Scan(&createdAt, &leaseUntil, &leaseExpired)
-		}
-		err := insertKey()
-		if errors.Is(err, sql.ErrNoRows) {
-			existing, gone, rerr := scanKey(tx.StmtContext(ctx, q.keySelectW).QueryRowContext(ctx, rf.MerchantID, rf.IdempotencyKey))
-			if rerr != nil {
-				return wrap("reading existing idempotency key", rerr)
+		createdAt, leaseUntil, leaseExpired, existing, err := insertObjectKey(ctx, tx, q, rf.MerchantID, rf.IdempotencyKey, rf.ID, p.Fingerprint, p.Token, p.Lease)
+		if err != nil || existing != nil {
+			if existing != nil {
+				rec = *existing
 			}
-			if !gone {
-				rec = existing
-				return nil
-			}
-			if _, derr := tx.StmtContext(ctx, q.keyDelete).ExecContext(ctx, rf.MerchantID, rf.IdempotencyKey); derr != nil {
-				return wrap("deleting expired idempotency key", derr)
-			}
-			err = insertKey()
-		}
-		if err != nil {
-			return wrap("inserting idempotency key", err)
+			return err
 		}
 		// Then the charge's refunded amount, guarded: no row when the
 		// charge is not captured or the sum would pass its amount (an
