@@ -153,6 +153,24 @@ type insertJob struct {
 	err      error
 }
 
+// refundInsertJob is one attempt's RefundInsert round in the batcher; its
+// outcome is as insertJob's, from refundInsertSQL.
+type refundInsertJob struct {
+	jobState
+	p        chargeonce.RefundInsertParams
+	rec      chargeonce.KeyRecord
+	inserted bool
+	expired  bool
+	err      error
+}
+
+// refundCompleteJob is one refund's KeyComplete in the batcher.
+type refundCompleteJob struct {
+	jobState
+	p   chargeonce.KeyCompleteParams
+	err error // nil, ESTALE, or the failure
+}
+
 // completeJob is one attempt's KeyComplete in the batcher.
 type completeJob struct {
 	jobState
@@ -171,13 +189,23 @@ func newBatchers(s *Store) {
 				j.rec, j.inserted, j.expired, j.err = s.insertOne(j.ctx, j.p)
 			case *completeJob:
 				j.err = s.completeOne(j.ctx, j.p, retry)
+			case *refundInsertJob:
+				j.rec, j.inserted, j.expired, j.err = s.refundInsertOne(j.ctx, j.p)
+			case *refundCompleteJob:
+				j.err = s.refundCompleteOne(j.ctx, j.p, retry)
 			}
 		},
 		conflicts: func(j job) string {
-			if cj, ok := j.(*completeJob); ok {
-				return jobKey(cj.p.MerchantID, cj.p.Key)
+			switch j := j.(type) {
+			case *completeJob:
+				return jobKey(j.p.MerchantID, j.p.Key)
+			case *refundCompleteJob:
+				return jobKey(j.p.MerchantID, j.p.Key)
 			}
-			return "" // inserts on one key share a row (insertBatch)
+			// Inserts on one key share a row (insertBatch); refunds' run
+			// one after another in the transaction, the later seeing the
+			// earlier's record as a later statement would.
+			return ""
 		},
 	}
 }
@@ -198,8 +226,10 @@ func newBatchers(s *Store) {
 // processing, as it would a moment earlier.
 func (s *Store) runBatch(ctx context.Context, batch []job) error {
 	var (
-		inserts   []*insertJob
-		completes []*completeJob
+		inserts         []*insertJob
+		completes       []*completeJob
+		refundInserts   []*refundInsertJob
+		refundCompletes []*refundCompleteJob
 	)
 	for _, j := range batch {
 		switch j := j.(type) {
@@ -207,6 +237,10 @@ func (s *Store) runBatch(ctx context.Context, batch []job) error {
 			inserts = append(inserts, j)
 		case *completeJob:
 			completes = append(completes, j)
+		case *refundInsertJob:
+			refundInserts = append(refundInserts, j)
+		case *refundCompleteJob:
+			refundCompletes = append(refundCompletes, j)
 		}
 	}
 	var (
@@ -223,6 +257,7 @@ func (s *Store) runBatch(ctx context.Context, batch []job) error {
 		b.Queue(keyCompleteBatchSQL, args...)
 		reads = append(reads, read)
 	}
+	reads = append(reads, queueRefunds(&b, refundInserts, refundCompletes)...)
 	br := s.pool.SendBatch(ctx, &b)
 	for _, read := range reads {
 		rows, err := br.Query()
@@ -236,6 +271,59 @@ func (s *Store) runBatch(ctx context.Context, batch []job) error {
 	}
 	// The commit: outcomes read above count only if it succeeds.
 	return br.Close()
+}
+
+// queueRefunds queues the refunds' inserts and completions of a batch
+// after its charges': each its own single statement, refundInsertSQL or
+// refundCompleteSQL, for they lock their charge's row and check what it
+// may still refund row by row; what the batch shares is the round trip and
+// the commit. The inserts go in the order of their charges, so that two
+// batches lock the charges they refund in one order. A refund's insert
+// that inserts nothing is that job's outcome (RefundInsert reads on); a
+// CHECK violation (a refund racing another past the captured amount)
+// fails the batch, and every job then runs its own statement.
+func queueRefunds(b *pgx.Batch, inserts []*refundInsertJob, completes []*refundCompleteJob) []func(pgx.Rows) error {
+	slices.SortStableFunc(inserts, func(a, b *refundInsertJob) int {
+		return cmp.Compare(a.p.Refund.ChargeID, b.p.Refund.ChargeID)
+	})
+	slices.SortFunc(completes, func(a, b *refundCompleteJob) int {
+		return cmp.Or(cmp.Compare(a.p.MerchantID, b.p.MerchantID), cmp.Compare(a.p.Key, b.p.Key))
+	})
+	reads := make([]func(pgx.Rows) error, 0, len(inserts)+len(completes))
+	for _, j := range inserts {
+		b.Queue(refundInsertSQL, refundInsertArgs(j.p)...)
+		reads = append(reads, func(rows pgx.Rows) error {
+			defer rows.Close()
+			j.rec, j.inserted, j.expired, j.err = chargeonce.KeyRecord{}, false, false, pgx.ErrNoRows
+			if rows.Next() {
+				j.rec, j.expired, j.err = scanAnyRecord(rows, &j.inserted)
+				if j.err != nil {
+					return j.err
+				}
+			}
+			rows.Close()
+			return rows.Err()
+		})
+	}
+	for _, j := range completes {
+		b.Queue(refundCompleteSQL, refundCompleteArgs(j.p)...)
+		reads = append(reads, func(rows pgx.Rows) error {
+			defer rows.Close()
+			var n int
+			if rows.Next() {
+				if err := rows.Scan(&n); err != nil {
+					return err
+				}
+			}
+			rows.Close()
+			j.err = nil
+			if n == 0 {
+				j.err = staleErr(j.p.Key)
+			}
+			return rows.Err()
+		})
+	}
+	return reads
 }
 
 // micros is d in whole microseconds, PostgreSQL's interval resolution.

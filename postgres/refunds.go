@@ -79,9 +79,13 @@ func scanAnyRecord(row pgx.Row, extra ...any) (chargeonce.KeyRecord, bool, error
 // refunds of one charge; the UPDATE re-reads the row as the previous
 // refund committed it, and charges_refunded_cents_check refuses a sum past
 // the captured amount, which aborts the whole statement (nothing written).
-// No refund is inserted for a charge that is not captured (cap is empty),
-// and none when the key is taken: the second branch then reads the record
-// that holds it (of either kind), as keyInsertSQL does.
+// No refund is inserted for a charge that is not captured, nor for one
+// whose remaining amount, as the snapshot sees it, is short of the refund
+// (cap is empty): only a refund racing another one reaches the CHECK, so
+// a plain over-refund does not abort the group commit's transaction it
+// runs in (runBatch). None is inserted either when the key is taken: the
+// second branch then reads the record that holds it (of either kind), as
+// keyInsertSQL does.
 //
 // $8 = 0 refunds what remained when the statement's snapshot was taken; a
 // refund committed since makes the sum exceed, and the attempt is told
@@ -90,6 +94,7 @@ const refundInsertSQL = `
 WITH cap AS (
 	SELECT id, currency, COALESCE(captured_cents, amount_cents) - refunded_cents AS remaining
 	FROM charges WHERE merchant_id = $1 AND id = $7 AND status = 'captured'
+		AND COALESCE(captured_cents, amount_cents) - refunded_cents >= GREATEST($8::bigint, 1)
 ), k AS (
 	INSERT INTO idempotency_keys
 		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
@@ -125,11 +130,7 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 	}
 	rf := p.Refund
 	for range keyInsertAttempts {
-		var inserted bool
-		rec, expired, err := scanAnyRecord(s.pool.QueryRow(ctx, refundInsertSQL,
-			rf.MerchantID, rf.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, rf.ID,
-			rf.ChargeID, rf.AmountCents, rf.Reason, chargeonce.MetadataText(rf.Metadata),
-		), &inserted)
+		rec, inserted, expired, err := s.refundInsertRound(ctx, p)
 		if isCheckViolation(err) {
 			return chargeonce.KeyRecord{}, false, s.refundRefused(ctx, rf)
 		}
@@ -138,7 +139,7 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 			// or the key is held by a record this snapshot cannot see.
 			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, rf.MerchantID, rf.IdempotencyKey))
 			if errors.Is(err, pgx.ErrNoRows) {
-				if err := s.refundable(ctx, rf.MerchantID, rf.ChargeID); err != nil {
+				if err := s.refundable(ctx, rf); err != nil {
 					return chargeonce.KeyRecord{}, false, err
 				}
 				continue
@@ -160,6 +161,40 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 		return rec, false, nil
 	}
 	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting refund: the existing record kept disappearing; gave up after %d attempts", keyInsertAttempts)
+}
+
+// refundInsertRound runs one round of RefundInsert's insert: in a batch
+// with concurrent attempts (group commit: batch.go), or alone. pgx.ErrNoRows
+// means no record was inserted nor seen; a CHECK violation, a refund
+// racing another past the captured amount.
+func (s *Store) refundInsertRound(ctx context.Context, p chargeonce.RefundInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+	if s.batches == nil {
+		return s.refundInsertOne(ctx, p)
+	}
+	j := &refundInsertJob{jobState: jobState{ctx: ctx}, p: p}
+	if err := s.batches.do(j); err != nil {
+		return chargeonce.KeyRecord{}, false, false, err
+	}
+	return j.rec, j.inserted, j.expired, j.err
+}
+
+// refundInsertOne is one round of RefundInsert's insert as a single
+// statement.
+func (s *Store) refundInsertOne(ctx context.Context, p chargeonce.RefundInsertParams) (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+	rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, refundInsertSQL, refundInsertArgs(p)...), &inserted)
+	if err == nil && !inserted && rec.Token == p.Token {
+		// Our own record: a batch this attempt was in committed it before
+		// failing, and this retry of the insert found it.
+		inserted = true
+	}
+	return rec, inserted, expired, err
+}
+
+// refundInsertArgs are refundInsertSQL's arguments for p.
+func refundInsertArgs(p chargeonce.RefundInsertParams) []any {
+	rf := p.Refund
+	return []any{rf.MerchantID, rf.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, rf.ID,
+		rf.ChargeID, rf.AmountCents, rf.Reason, chargeonce.MetadataText(rf.Metadata)}
 }
 
 func (s *Store) deleteExpiredKey(ctx context.Context, merchantID, key string) error {
@@ -192,15 +227,24 @@ func (s *Store) refundRefused(ctx context.Context, rf chargeonce.Refund) error {
 	return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, remaining, currency)
 }
 
-// refundable returns ENOTFOUND or ENOTREFUNDABLE for a charge no refund
-// can be inserted for, and nil for a captured one.
-func (s *Store) refundable(ctx context.Context, merchantID, chargeID string) error {
-	ch, err := s.ChargeGet(ctx, merchantID, chargeID)
+// refundable returns why no refund rf can be inserted for its charge:
+// ENOTFOUND, ENOTREFUNDABLE for a charge not captured, EREFUNDEXCEEDS for
+// one without rf's amount left; nil when it could be.
+func (s *Store) refundable(ctx context.Context, rf chargeonce.Refund) error {
+	ch, err := s.ChargeGet(ctx, rf.MerchantID, rf.ChargeID)
 	if err != nil {
 		return err
 	}
 	if ch.Status != chargeonce.StatusCaptured {
 		return chargeonce.NotRefundable(ch.ID, ch.Status)
+	}
+	var remaining int64
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(captured_cents, amount_cents) - refunded_cents FROM charges WHERE merchant_id = $1 AND id = $2`,
+		rf.MerchantID, rf.ChargeID).Scan(&remaining); err != nil {
+		return fmt.Errorf("reading the refunded charge: %w", translate(err))
+	}
+	if remaining < max(rf.AmountCents, 1) {
+		return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, remaining, ch.Currency)
 	}
 	return nil
 }
@@ -225,17 +269,32 @@ func (s *Store) refundComplete(ctx context.Context, p chargeonce.KeyCompletePara
 	if !p.RefundStatus.Final() {
 		return chargeonce.Errorf(chargeonce.EINVALID, "a refund completes succeeded, failed or canceled, not %q", p.RefundStatus)
 	}
+	if s.batches == nil {
+		return s.refundCompleteOne(ctx, p, false)
+	}
+	j := &refundCompleteJob{jobState: jobState{ctx: ctx}, p: p}
+	if err := s.batches.do(j); err != nil {
+		return fmt.Errorf("completing refund: %w", translate(err))
+	}
+	return j.err
+}
+
+// refundCompleteOne is refundComplete as a single statement; retry as for
+// completeOne.
+func (s *Store) refundCompleteOne(ctx context.Context, p chargeonce.KeyCompleteParams, retry bool) error {
 	var n int
-	err := s.pool.QueryRow(ctx, refundCompleteSQL,
-		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.RefundStatus), p.FailureReason, p.TTL,
-	).Scan(&n)
-	if err != nil {
+	if err := s.pool.QueryRow(ctx, refundCompleteSQL, refundCompleteArgs(p)...).Scan(&n); err != nil {
 		return fmt.Errorf("completing refund: %w", translate(err))
 	}
 	if n == 0 {
-		return staleErr(p.Key)
+		return s.lostCompletion(ctx, p, retry)
 	}
 	return nil
+}
+
+// refundCompleteArgs are refundCompleteSQL's arguments for p.
+func refundCompleteArgs(p chargeonce.KeyCompleteParams) []any {
+	return []any{p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.RefundStatus), p.FailureReason, p.TTL}
 }
 
 const refundSelect = `SELECT r.id, r.merchant_id, r.idempotency_key, r.charge_id, r.amount_cents, r.currency,

@@ -500,15 +500,23 @@ func (s *Store) completeOne(ctx context.Context, p chargeonce.KeyCompleteParams,
 		return fmt.Errorf("completing idempotency key: %w", translate(err))
 	}
 	if n == 0 {
-		if retry {
-			if rec, err := s.KeyGet(ctx, p.MerchantID, p.Key); err == nil &&
-				rec.State == chargeonce.KeyCompleted && rec.Token == p.Token {
-				return nil
-			}
-		}
-		return staleErr(p.Key)
+		return s.lostCompletion(ctx, p, retry)
 	}
 	return nil
+}
+
+// lostCompletion is the answer to a completion whose compare-and-set
+// changed nothing: ESTALE, unless retry (the attempt's batch failed, and may
+// have committed before the failure was seen) and the record is completed
+// under the attempt's own token: then that was this attempt's completion.
+func (s *Store) lostCompletion(ctx context.Context, p chargeonce.KeyCompleteParams, retry bool) error {
+	if retry {
+		if rec, err := s.KeyGet(ctx, p.MerchantID, p.Key); err == nil &&
+			rec.State == chargeonce.KeyCompleted && rec.Token == p.Token {
+			return nil
+		}
+	}
+	return staleErr(p.Key)
 }
 
 // KeyRelease deletes a processing record and its processing charge, in one

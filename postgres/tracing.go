@@ -88,7 +88,8 @@ func (b *batcher) startBatchSpan(ctx context.Context, batch []job) (context.Cont
 	links := make([]trace.Link, 0, len(batch))
 	inserts := 0
 	for _, j := range batch {
-		if _, ok := j.(*insertJob); ok {
+		switch j.(type) {
+		case *insertJob, *refundInsertJob:
 			inserts++
 		}
 		if sc := trace.SpanContextFromContext(j.pending().ctx); sc.IsValid() {
