@@ -2,9 +2,12 @@ package queue_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,10 +15,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/engine"
 	"github.com/chargeonce/chargeonce/internal/apitest"
 	"github.com/chargeonce/chargeonce/internal/natstest"
 	"github.com/chargeonce/chargeonce/queue"
+	"github.com/chargeonce/chargeonce/recovery"
 )
 
 // opEngineOpts leave the acquirer far more time than a capture takes on a
@@ -318,14 +323,53 @@ func streamSeqOf(t *testing.T, m jetstream.Msg) uint64 {
 	return md.Sequence.Stream
 }
 
+// outcomes counts the worker's outcomes.
+type outcomes struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (o *outcomes) Message(outcome string, _ bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == nil {
+		o.n = map[string]int{}
+	}
+	o.n[outcome]++
+}
+func (*outcomes) DeadLetter(string)                  {}
+func (*outcomes) Outbox(chargeonce.OutboxStats, int) {}
+
+func (o *outcomes) count(outcome string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n[outcome]
+}
+
+// gatedCapturer holds every capture of an authorization at the acquirer
+// until gate is closed.
+type gatedCapturer struct {
+	*acquirer.Client
+	gate chan struct{}
+}
+
+func (g gatedCapturer) CaptureAuthorized(ctx context.Context, req chargeonce.OperationCall) (chargeonce.OperationResult, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return chargeonce.OperationResult{}, ctx.Err()
+	}
+	return g.Client.CaptureAuthorized(ctx, req)
+}
+
 // TestQueueCaptureRace: four workers, each with its own engine, on one
-// database, race 24 copies of one capture message (one key), sent while
-// the first capture is still at the acquirer (tok_slow), so copies find it
-// in flight (409: redelivered later) or settled (replayed). Every copy is
-// answered 200 with the same bytes, exactly one of them not a replay, and
-// the acquirer captured once: its stats count one capture of an
-// authorization and its ledger one capture entry for the charge. On both
-// stores.
+// database, race 24 copies of one capture message (one key). The capture
+// that wins the insert is held at the acquirer until every other copy has
+// found it in flight (409: naked, redelivered later); then it settles, and
+// the redeliveries replay it. Every copy is answered 200 with the same
+// bytes, exactly one of them not a replay, and the acquirer captured once:
+// its stats count one capture of an authorization and its ledger one
+// capture entry for the charge. On both stores.
 func TestQueueCaptureRace(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"postgres", "sqlite"} {
@@ -333,22 +377,37 @@ func TestQueueCaptureRace(t *testing.T) {
 			t.Parallel()
 			e := setupStore(t, kind)
 			seen := countingSub(t, e.nc)
+			obs := &outcomes{}
+			gate := make(chan struct{})
 			for range 4 {
-				e.worker(queue.WorkerOptions{Concurrency: 8})
+				acq := gatedCapturer{Client: acquirer.NewClient(e.acq.srv.URL, &http.Client{Timeout: 10 * time.Second}), gate: gate}
+				w := queue.NewWorker(e.js, engine.New(e.store, acq, opEngineOpts), e.store, queue.WorkerOptions{Concurrency: 8, Observer: obs})
+				if err := w.Start(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(w.Stop)
 			}
-			r := apitest.Charge(t, e.http.URL, "race-auth", `{"order_id": 301, "amount_cents": 2500, "payment_token": "tok_slow", "capture_method": "manual"}`)
-			var auth struct{ ID, Status string }
-			if err := json.Unmarshal(r.Body, &auth); err != nil || r.Status != 201 || auth.Status != "authorized" {
-				t.Fatalf("authorizing: %d %s", r.Status, r.Body)
-			}
+			ch := e.authorized("race-auth", 301)
 			start := time.Now()
 			const copies = 24
 			for range copies {
-				e.send("race-capture", `{"amount_cents":2400}`, queue.HeaderCaptureOf, auth.ID)
+				e.send("race-capture", `{"amount_cents":2400}`, queue.HeaderCaptureOf, ch)
+			}
+			// Held well within the acquirer timeout (10 s), so that the
+			// capture settles rather than becoming an unknown outcome.
+			deadline := time.Now().Add(7 * time.Second)
+			for obs.count(queue.OutcomeInProgress) < copies-1 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			inFlight := obs.count(queue.OutcomeInProgress)
+			close(gate)
+			if inFlight < copies-1 {
+				t.Errorf("%d copies found the capture in flight while it was held; want all %d others", inFlight, copies-1)
 			}
 			apitest.Eventually(t, 60*time.Second, "every copy answered", func() bool { return len(seen()["race-capture"]) >= copies })
 			consumerDrained(t, e.js, queue.DefaultDurable, 30*time.Second)
-			t.Logf("%d copies answered in %s", copies, time.Since(start))
+			t.Logf("%d copies answered in %s; %d answers 409 in flight, %d replayed, %d answered",
+				copies, time.Since(start), obs.count(queue.OutcomeInProgress), obs.count(queue.OutcomeReplayed), obs.count(queue.OutcomeAnswered))
 			got := seen()["race-capture"]
 			if len(got) != copies {
 				t.Errorf("%d answers for %d copies; want one each", len(got), copies)
@@ -369,7 +428,7 @@ func TestQueueCaptureRace(t *testing.T) {
 			if st.AuthorizationCaptures != 1 {
 				t.Errorf("the acquirer counts %d captures of authorizations; want 1 (stats %+v)", st.AuthorizationCaptures, st)
 			}
-			if captured, voided := e.acq.sim.Authorization(auth.ID); captured != 2400 || voided {
+			if captured, voided := e.acq.sim.Authorization(ch); captured != 2400 || voided {
 				t.Errorf("the authorization at the acquirer: captured %d, voided %v; want 2400", captured, voided)
 			}
 			page, err := e.acq.sim.LedgerList(t.Context(), chargeonce.LedgerParams{From: start.Add(-time.Hour), To: time.Now().Add(time.Hour)})
@@ -378,7 +437,7 @@ func TestQueueCaptureRace(t *testing.T) {
 			}
 			captures := 0
 			for _, le := range page.Entries {
-				if le.Kind == chargeonce.LedgerCapture && le.Reference == auth.ID {
+				if le.Kind == chargeonce.LedgerCapture && le.Reference == ch {
 					captures++
 					if le.AmountCents != 2400 {
 						t.Errorf("the ledger's capture: %d cents; want 2400", le.AmountCents)
@@ -386,15 +445,75 @@ func TestQueueCaptureRace(t *testing.T) {
 				}
 			}
 			if captures != 1 || page.Next != "" {
-				t.Errorf("the ledger lists %d captures of %s; want 1 (%+v)", captures, auth.ID, page.Entries)
+				t.Errorf("the ledger lists %d captures of %s; want 1 (%+v)", captures, ch, page.Entries)
 			}
-			var ch struct {
+			var charge struct {
 				Status         string
 				CapturedAmount int64 `json:"amount_captured_cents"`
 			}
-			g, err := apitest.Do(t, nil, "GET", e.http.URL+"/v1/charges/"+auth.ID, nil, nil)
-			if err != nil || json.Unmarshal(g.Body, &ch) != nil || ch.Status != "captured" || ch.CapturedAmount != 2400 {
+			g, err := apitest.Do(t, nil, "GET", e.http.URL+"/v1/charges/"+ch, nil, nil)
+			if err != nil || json.Unmarshal(g.Body, &charge) != nil || charge.Status != "captured" || charge.CapturedAmount != 2400 {
 				t.Errorf("the charge: %v %s; want captured 2400", err, g.Body)
+			}
+		})
+	}
+}
+
+// TestQueueCaptureSettledThroughOutbox: a capture and a cancel whose
+// acquirer calls fail (an outage) are acked pending, with no result; once
+// recovery has settled them, the outbox publishes each stored answer
+// exactly once, as for a charge or a refund. On both stores.
+func TestQueueCaptureSettledThroughOutbox(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setupStore(t, kind)
+			seen := countingSub(t, e.nc)
+			e.worker(queue.WorkerOptions{})
+			toCapture, toCancel := e.authorized("ob-auth-1", 401), e.authorized("ob-auth-2", 402)
+
+			e.acq.down.Store(true)
+			e.send("ob-capture", `{}`, queue.HeaderCaptureOf, toCapture)
+			e.send("ob-cancel", `{}`, queue.HeaderCancelOf, toCancel)
+			consumerDrained(t, e.js, queue.DefaultDurable, 20*time.Second)
+			keys := []string{"ob-capture", "ob-cancel"}
+			for _, k := range keys {
+				if rec, err := e.store.KeyGet(t.Context(), merchant, k); err != nil || rec.State != chargeonce.KeyProcessing || rec.Operation == nil {
+					t.Fatalf("%s: %+v, %v; want an operation processing", k, rec.State, err)
+				}
+			}
+			if got := seen(); len(got) != 0 {
+				t.Fatalf("results published before settlement: %v", got)
+			}
+			p := queue.NewPublisher(e.store, e.js, queue.PublisherOptions{Every: 20 * time.Millisecond})
+			p.Start(t.Context())
+			t.Cleanup(p.Stop)
+			rescuer := recovery.NewRescuer(e.store, e.http.Engine, recovery.RescuerOptions{BackoffBase: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+			e.acq.down.Store(false)
+			apitest.Eventually(t, 30*time.Second, "recovery to settle both", func() bool {
+				if _, err := rescuer.RunOnce(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				st, err := e.store.KeysStuck(t.Context())
+				return err == nil && st.Count == 0
+			})
+			g := waitResults(t, e.js, 20*time.Second, keys...)
+			time.Sleep(200 * time.Millisecond) // a late second publish would show now
+			for _, k := range keys {
+				rec, err := e.store.KeyGet(t.Context(), merchant, k)
+				if err != nil || rec.State != chargeonce.KeyCompleted {
+					t.Fatalf("%s: %+v, %v", k, rec.State, err)
+				}
+				if r := g[k]; len(r) != 1 || len(seen()[k]) != 1 || r[0].status() != "200" || !bytes.Equal(r[0].body, rec.ResponseBody) {
+					t.Fatalf("%s: results %v; want exactly one, the stored 200 %s", k, r, rec.ResponseBody)
+				}
+			}
+			if captured, _ := e.acq.sim.Authorization(toCapture); captured != 2500 {
+				t.Errorf("the acquirer captured %d; want 2500", captured)
+			}
+			if _, voided := e.acq.sim.Authorization(toCancel); !voided {
+				t.Errorf("the acquirer did not void %s", toCancel)
 			}
 		})
 	}
