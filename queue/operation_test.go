@@ -192,7 +192,8 @@ func TestQueueCaptureAndCancel(t *testing.T) {
 				{"cp-string", `{"amount_cents":"5"}`, []string{queue.HeaderCaptureOf, more}, "amount_cents"},
 				{"vd-amount", `{"amount_cents":5}`, []string{queue.HeaderCancelOf, more}, "amount_cents"},
 			}
-			var keys []string
+			e.send("cp-huge", `{"amount_cents":1`+strings.Repeat(" ", 70<<10)+`}`, queue.HeaderCaptureOf, more)
+			keys := []string{"cp-huge"}
 			for _, r := range refusals {
 				keys = append(keys, r.key)
 				e.send(r.key, r.body, r.header, r.charge)
@@ -229,8 +230,11 @@ func TestQueueCaptureAndCancel(t *testing.T) {
 					t.Errorf("%s: %v; want one 400 validation-failed naming %s", p.key, r, p.field)
 				}
 			}
-			if dead := messages(t, e.js, queue.DeadSubject(merchant)); len(dead) != len(poisons) {
-				t.Errorf("%d requests dead-lettered; want the %d malformed ones", len(dead), len(poisons))
+			if r := g["cp-huge"]; len(r) != 1 || r[0].status() != "413" || !strings.Contains(string(r[0].body), chargeonce.ETOOLARGE) {
+				t.Errorf("cp-huge: %v; want one 413 payload-too-large", r)
+			}
+			if dead := messages(t, e.js, queue.DeadSubject(merchant)); len(dead) != len(poisons)+1 {
+				t.Errorf("%d requests dead-lettered; want the %d malformed ones", len(dead), len(poisons)+1)
 			}
 
 			// The acquirer: one capture of 1500 of the first, a void of
