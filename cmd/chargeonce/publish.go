@@ -56,7 +56,7 @@ func (c *publishConfig) operation() (header, chargeID string, err error) {
 // check refuses flags that make no request, naming the flag.
 func (c *publishConfig) checkRequest(header string) error {
 	if header == "" {
-		return c.intentFlags.check()
+		return c.check()
 	}
 	switch {
 	case c.amount < 0:
