@@ -410,8 +410,9 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		w.settle(msg, later, seq)
 		return OutcomeInProgress, redelivered, 0
 	case code == chargeonce.EINVALID:
-		// An operation the store (or the engine: an acquirer that cannot
-		// capture) found invalid: as a body that never decodes.
+		// A request the store or the engine found invalid (text no store
+		// keeps, manual capture with an acquirer that cannot capture): as
+		// a body that never decodes.
 		return w.poison(wctx, msg, merchant, key, seq, err), redelivered, 0
 	case refused(code):
 		// An operation on a charge refused with nothing kept for the key:

@@ -37,6 +37,7 @@ type publishConfig struct {
 // and the charge's id, or two empty strings for a new charge. More than
 // one of --refund-of, --capture-of and --cancel-of is an error.
 func (c *publishConfig) operation() (header, chargeID string, err error) {
+	var flag string
 	for _, o := range []struct{ flag, header, id string }{
 		{"--refund-of", queue.HeaderRefundOf, c.refundOf},
 		{"--capture-of", queue.HeaderCaptureOf, c.captureOf},
@@ -46,14 +47,14 @@ func (c *publishConfig) operation() (header, chargeID string, err error) {
 			continue
 		}
 		if header != "" {
-			return "", "", fmt.Errorf("give at most one of --refund-of, --capture-of and --cancel-of")
+			return "", "", fmt.Errorf("%s and %s: give at most one of --refund-of, --capture-of and --cancel-of", flag, o.flag)
 		}
-		header, chargeID = o.header, o.id
+		flag, header, chargeID = o.flag, o.header, o.id
 	}
 	return header, chargeID, nil
 }
 
-// check refuses flags that make no request, naming the flag.
+// checkRequest refuses flags that make no request, naming the flag.
 func (c *publishConfig) checkRequest(header string) error {
 	if header == "" {
 		return c.check()

@@ -109,8 +109,8 @@ func TestPublishOperationFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--capture-of", "ch_1", "--cancel-of", "ch_1"}, "--cancel-of"},
-		{[]string{"--refund-of", "ch_1", "--capture-of", "ch_1"}, "--capture-of"},
+		{[]string{"--capture-of", "ch_1", "--cancel-of", "ch_1"}, "--capture-of and --cancel-of"},
+		{[]string{"--refund-of", "ch_1", "--capture-of", "ch_1"}, "--refund-of and --capture-of"},
 		{[]string{"--capture-of", "ch_1", "--amount", "-1"}, "--amount"},
 		{[]string{"--cancel-of", "ch_1", "--amount", "5"}, "--amount"},
 		{[]string{"--capture-of", "ch_1", "--reason", "duplicate"}, "--reason"},
