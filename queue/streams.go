@@ -59,7 +59,8 @@ const (
 	// ch_… id): its body is a refund request ({"amount_cents"?, "reason"?,
 	// "metadata"?}, empty for what remains), run by the engine's Refund
 	// under the message's Idempotency-Key, and its result is published as
-	// a charge's is.
+	// a charge's is. HeaderCaptureOf and HeaderCancelOf (operation.go)
+	// are its siblings; a request carries at most one of the three.
 	HeaderRefundOf = "Chargeonce-Refund-Of"
 )
 

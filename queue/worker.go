@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +55,7 @@ const minPostpone = 10 * time.Millisecond
 
 // Message outcomes, as Observer sees them.
 const (
-	OutcomeAnswered   = "answered"    // a final answer published (201/402)
+	OutcomeAnswered   = "answered"    // a final answer published (200/201/402)
 	OutcomeReplayed   = "replayed"    // a stored answer published again
 	OutcomeOutbox     = "outbox"      // unknown outcome: the outbox will publish it
 	OutcomeInProgress = "in_progress" // 409: redelivered later
@@ -64,9 +63,10 @@ const (
 	OutcomePoison     = "poison"      // 400/413: dead-lettered and terminated
 	OutcomeError      = "error"       // a database or JetStream failure: redelivered later
 	OutcomeGaveUp     = "gave_up"     // MaxDeliver reached while still failing: a 503 result, dead-lettered
-	// OutcomeRefused: a refund the store refused with nothing written (its
-	// charge not found, not captured, or not enough left to refund): a 4xx
-	// result for this message, acked.
+	// OutcomeRefused: a refund, capture or cancel the store refused with
+	// nothing written (its charge not found; not captured, or not enough
+	// left to refund; not authorized, or less authorized than the capture
+	// asks): a 4xx result for this message, acked.
 	OutcomeRefused = "refused"
 	// OutcomeDelayed: the engine could not start it yet (429 for the
 	// merchant's rate or share, 503 overloaded); the worker keeps it and
@@ -372,24 +372,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 	if err := CheckMerchant(merchant); err != nil {
 		return w.poison(wctx, msg, merchant, key, seq, err), redelivered, 0
 	}
-	var call func() (engine.Response, error)
-	if refundOf := msg.Headers().Values(HeaderRefundOf); len(refundOf) > 0 {
-		chargeID, req, err := DecodeRefundRequest(refundOf, msg.Data())
-		if err != nil {
-			return w.poison(wctx, msg, merchant, key, seq, err), redelivered, 0
-		}
-		call = func() (engine.Response, error) { return w.engine.Refund(ctx, merchant, chargeID, key, &req) }
-	} else {
-		req, err := wire.DecodeChargeRequest(msg.Data())
-		if err != nil {
-			return w.poison(wctx, msg, merchant, key, seq, err), redelivered, 0
-		}
-		call = func() (engine.Response, error) { return w.engine.Charge(ctx, merchant, key, &req) }
+	req, err := DecodeRequest(msg.Headers(), msg.Data())
+	if err != nil {
+		return w.poison(wctx, msg, merchant, key, seq, err), redelivered, 0
 	}
 	later := func() error { return msg.NakWithDelay(w.nakDelay(md.NumDelivered)) }
 	d := delivery{msg: msg, merchant: merchant, key: key, seq: seq, delivered: md.NumDelivered, last: last}
 
-	resp, err := call()
+	resp, err := req.run(ctx, w.engine, merchant, key)
 	switch code := chargeonce.ErrorCode(err); {
 	case err == nil && resp.Status == 202:
 		// The acquirer's outcome is unknown; recovery settles it, and the
@@ -420,16 +410,19 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 		w.settle(msg, later, seq)
 		return OutcomeInProgress, redelivered, 0
 	case code == chargeonce.EINVALID:
-		// A refund the store found invalid: as a body that never decodes.
+		// A request the store or the engine found invalid (text no store
+		// keeps, manual capture with an acquirer that cannot capture): as
+		// a body that never decodes.
 		return w.poison(wctx, msg, merchant, key, seq, err), redelivered, 0
-	case code == chargeonce.ENOTFOUND || code == chargeonce.ENOTREFUNDABLE || code == chargeonce.EREFUNDEXCEEDS:
-		// A refund refused with nothing kept for the key: this message's
-		// answer, as HTTP gives it. The same key may be sent again (more
-		// may be refundable once another refund failed).
+	case refused(code):
+		// An operation on a charge refused with nothing kept for the key:
+		// this message's answer, as HTTP gives it. The same key may be
+		// sent again (more may be refundable once another refund failed;
+		// a charge is authorized again once its capture failed).
 		status, body := wire.Problem(err, "")
 		r := Result{Merchant: merchant, Key: key, Status: status, Body: body, RequestSeq: seq}
 		if perr := publish(wctx, w.js, r.Msg()); perr != nil {
-			w.log.WarnContext(wctx, "publishing a refused refund's result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
+			w.log.WarnContext(wctx, "publishing a refused request's result failed; the request will be redelivered", "merchant", merchant, "key_hash", idempotency.KeyHash(merchant, key), "err", perr)
 			w.settle(msg, later, seq)
 			return OutcomeError, redelivered, 0
 		}
@@ -457,38 +450,38 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) (outcome string,
 	}
 }
 
-// MaxChargeIDLen bounds the charge id a refund request names.
-const MaxChargeIDLen = 255
-
 // DecodeRefundRequest decodes a refund request: the HeaderRefundOf values
 // (exactly one charge id, visible ASCII) and the body, a refund request
 // whose absence refunds what remains. Errors are EINVALID naming the header
 // or field, or ETOOLARGE, as the HTTP API gives them.
 func DecodeRefundRequest(refundOf []string, body []byte) (string, chargeonce.RefundRequest, error) {
 	var req chargeonce.RefundRequest
-	if len(refundOf) != 1 {
-		return "", req, chargeonce.FieldError(HeaderRefundOf, "send exactly one %s header naming the charge to refund; got %d", HeaderRefundOf, len(refundOf))
+	id, err := chargeOf(HeaderRefundOf, refundOf)
+	if err != nil {
+		return "", req, err
 	}
-	id := refundOf[0]
-	ok := id != "" && len(id) <= MaxChargeIDLen
-	for i := 0; ok && i < len(id); i++ {
-		ok = id[i] > ' ' && id[i] < 0x7f
-	}
-	if !ok {
-		return "", req, chargeonce.FieldError(HeaderRefundOf, "%s must be a charge id: 1 to %d visible ASCII characters", HeaderRefundOf, MaxChargeIDLen)
-	}
-	if len(body) > wire.MaxBodyBytes {
-		return "", req, wire.TooLarge()
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := wire.Decode(body, &req); err != nil {
-			return "", req, err
-		}
+	if err := decodeOptional(body, &req); err != nil {
+		return "", req, err
 	}
 	if err := req.Normalize(); err != nil {
 		return "", req, err
 	}
 	return id, req, nil
+}
+
+// refused reports whether code is the engine's refusal of an operation on
+// a charge that wrote nothing: no such charge, a refund of a charge not
+// captured or past what remains, a capture or cancel of a charge not
+// authorized (or already held by another), a capture past what was
+// authorized. Each is a final answer for the message, never a failure to
+// redeliver: the charge's state, not an outage, decided it.
+func refused(code string) bool {
+	switch code {
+	case chargeonce.ENOTFOUND, chargeonce.ENOTREFUNDABLE, chargeonce.EREFUNDEXCEEDS,
+		chargeonce.ENOTAUTHORIZED, chargeonce.ECAPTUREEXCEEDS:
+		return true
+	}
+	return false
 }
 
 // delivery is one delivery of a well-formed request, as the steps after the
