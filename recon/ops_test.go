@@ -61,6 +61,12 @@ func (e *env) settle(t *testing.T, id string, kind chargeonce.RecordKind, amount
 // operation's id.
 func (e *env) recordOp(t *testing.T, chargeID string, kind chargeonce.RecordKind, amount int64) string {
 	t.Helper()
+	return e.recordOpAs(t, chargeID, kind, amount, chargeonce.OperationSucceeded)
+}
+
+// recordOpAs is recordOp settling the operation as status.
+func (e *env) recordOpAs(t *testing.T, chargeID string, kind chargeonce.RecordKind, amount int64, status chargeonce.OperationStatus) string {
+	t.Helper()
 	token := idempotency.NewToken()
 	rec, inserted, err := e.store.OperationInsert(t.Context(), chargeonce.OperationInsertParams{
 		Fingerprint: "fp", Token: token, Lease: time.Minute,
@@ -74,7 +80,7 @@ func (e *env) recordOp(t *testing.T, chargeID string, kind chargeonce.RecordKind
 	}
 	if err := e.store.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{
 		Kind: rec.Kind(), MerchantID: rec.MerchantID, Key: rec.Key, Token: token,
-		OperationStatus: chargeonce.OperationSucceeded, ResponseStatus: 200, ResponseBody: []byte(`{}`), TTL: time.Hour,
+		OperationStatus: status, ResponseStatus: 200, ResponseBody: []byte(`{}`), TTL: time.Hour,
 	}); err != nil {
 		t.Fatalf("KeyComplete: %v", err)
 	}
@@ -102,9 +108,9 @@ func (e *env) settleAtAcquirer(t *testing.T, kind chargeonce.LedgerKind, ref, ch
 }
 
 // A day of manual captures (whole and partial), voids, authorizations
-// still open, a refund of a partial capture, and an authorization at the
-// acquirer that we do not know (no money moved), beside automatic charges,
-// reconciles clean.
+// still open, a refund of a partial capture, a capture that failed before
+// another succeeded, and an authorization at the acquirer that we do not
+// know (no money moved), beside automatic charges, reconciles clean.
 func TestManualCapturesAndVoidsReconcileClean(t *testing.T) {
 	t.Parallel()
 	for _, kind := range kinds {
@@ -112,25 +118,28 @@ func TestManualCapturesAndVoidsReconcileClean(t *testing.T) {
 			t.Parallel()
 			e := setup(t, kind, acquirer.Options{})
 			e.background(t, 4)
-			open := e.authorize(t)
+			e.authorize(t) // still open: no money moved
 			whole, partial, voided := e.authorize(t), e.authorize(t), e.authorize(t)
 			e.settle(t, whole, chargeonce.KindCapture, 0)
 			e.settle(t, partial, chargeonce.KindCapture, 1000)
 			e.settle(t, voided, chargeonce.KindCancel, 0)
 			e.refund(t, partial, 1000)
+			// A capture that failed moved nothing: not read, not compared.
+			retried := e.authorize(t)
+			e.recordOpAs(t, retried, chargeonce.KindCapture, 2500, chargeonce.OperationFailed)
+			e.settle(t, retried, chargeonce.KindCapture, 0)
 			if res, err := e.sim.Authorize(t.Context(), chargeonce.CaptureRequest{
 				Reference: idempotency.NewChargeID(), OrderID: orderSeq.Add(1), Merchant: "demo", AmountCents: 700, Currency: "BRL", PaymentToken: acquirer.TokenOK,
 			}); err != nil || res.Status != chargeonce.StatusAuthorized {
 				t.Fatalf("authorizing at the simulator: %+v %v", res, err)
 			}
-			_ = open
 			for _, page := range []int{1, 2, 7, 1000} {
 				rep := e.run(t, 0, page)
 				wantOnly(t, rep, nil)
-				// 8 charges, 3 operations, 1 refund; the ledger: 4 captures,
-				// 5 authorizations, 2 captures of them, 1 void, 1 refund.
-				if rep.Charges != 8 || rep.Operations != 3 || rep.Refunds != 1 || rep.LedgerEntries != 13 || rep.Matched != 9 {
-					t.Errorf("page %d: charges=%d operations=%d refunds=%d ledger=%d matched=%d, want 8 3 1 13 9",
+				// 9 charges, 4 operations, 1 refund; the ledger: 4 captures,
+				// 6 authorizations, 3 captures of them, 1 void, 1 refund.
+				if rep.Charges != 9 || rep.Operations != 4 || rep.Refunds != 1 || rep.LedgerEntries != 15 || rep.Matched != 10 {
+					t.Errorf("page %d: charges=%d operations=%d refunds=%d ledger=%d matched=%d, want 9 4 1 15 10",
 						page, rep.Charges, rep.Operations, rep.Refunds, rep.LedgerEntries, rep.Matched)
 				}
 			}
