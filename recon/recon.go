@@ -775,13 +775,13 @@ func (r *run) joinRefunds(ref string, our *chargeonce.Charge, refunds []chargeon
 	}
 	took := false
 	for _, e := range captures {
-		switch {
-		case e.Kind == chargeonce.LedgerCapture || e.Kind == chargeonce.LedgerAuthorization:
+		switch e.Kind {
+		case chargeonce.LedgerCapture, chargeonce.LedgerAuthorization:
 			took = true
 			if e.Status == string(chargeonce.StatusCaptured) {
 				theirCaptured += e.AmountCents
 			}
-		case e.Kind == chargeonce.LedgerManualCapture:
+		case chargeonce.LedgerManualCapture:
 			took = true
 			if e.Status == string(chargeonce.OperationSucceeded) {
 				theirCaptured += e.AmountCents
