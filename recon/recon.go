@@ -396,10 +396,13 @@ func (r *run) add(m Mismatch) {
 }
 
 // join classifies one reference: our charge (nil when we have none), our
-// refunds of it and the acquirer's entries for it, in the order it made
-// them. The charge's capture belongs to the period by our charge's
+// refunds of it, our capture or cancel of its authorization, and the
+// acquirer's entries for it, in the order it made them. The charge's
+// capture (or authorization) belongs to the period by our charge's
 // creation (the acquirer's first capture when we have no charge), each
-// refund by its own (ours, else the acquirer's first entry for it).
+// refund by its own (ours, else the acquirer's first entry for it), the
+// authorization's capture or void by when ours settled (else the
+// acquirer's first).
 func (r *run) join(ref string, our *chargeonce.Charge, refunds []chargeonce.Refund, ops []chargeonce.ReconOperation, entries []chargeonce.LedgerEntry) {
 	// captures are the charge's first drive at the acquirer: captures
 	// (captured or declined) and authorizations; settlements the captures
