@@ -302,3 +302,43 @@ func TestRefundOfAnEarlierManualCapture(t *testing.T) {
 		})
 	}
 }
+
+// A capture counts on the day it settled, not on its authorization's: the
+// authorization's day holds the charge (no money moved), the capture's day
+// the capture of the captured amount, read with its charge by id.
+func TestManualCaptureCountsOnTheDayItSettled(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, kind, acquirer.Options{})
+			charge := e.authorize(t)
+			time.Sleep(20 * time.Millisecond)
+			split := time.Now()
+			time.Sleep(5 * time.Millisecond)
+			e.settle(t, charge, chargeonce.KindCapture, 1000)
+			for _, tc := range []struct {
+				name                              string
+				from, to                          time.Time
+				charges, operations, ledger, refs int
+			}{
+				{"the authorization's day", split.Add(-time.Hour), split, 1, 0, 1, 1},
+				{"the capture's day", split, split.Add(time.Hour), 0, 1, 1, 1},
+			} {
+				for _, ordered := range []bool{false, true} {
+					rep, err := recon.Run(t.Context(), e.recon, e.sim, recon.Options{
+						Acquirer: "sim", Period: tc.name, From: tc.from, To: tc.to, PageSize: 1, TimeOrderedIDs: ordered,
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantOnly(t, rep, nil)
+					if rep.Charges != tc.charges || rep.Operations != tc.operations || rep.LedgerEntries != tc.ledger || rep.Matched != tc.refs {
+						t.Errorf("%s: charges=%d operations=%d ledger=%d matched=%d, want %d %d %d %d", tc.name,
+							rep.Charges, rep.Operations, rep.LedgerEntries, rep.Matched, tc.charges, tc.operations, tc.ledger, tc.refs)
+					}
+				}
+			}
+		})
+	}
+}
