@@ -64,7 +64,8 @@ func (e *env) recordOp(t *testing.T, chargeID string, kind chargeonce.RecordKind
 	return e.recordOpAs(t, chargeID, kind, amount, chargeonce.OperationSucceeded)
 }
 
-// recordOpAs is recordOp settling the operation as status.
+// recordOpAs is recordOp settling the operation as status (pending: left
+// as inserted, its outcome unknown to us).
 func (e *env) recordOpAs(t *testing.T, chargeID string, kind chargeonce.RecordKind, amount int64, status chargeonce.OperationStatus) string {
 	t.Helper()
 	token := idempotency.NewToken()
@@ -77,6 +78,9 @@ func (e *env) recordOpAs(t *testing.T, chargeID string, kind chargeonce.RecordKi
 	})
 	if err != nil || !inserted {
 		t.Fatalf("OperationInsert: inserted=%v err=%v", inserted, err)
+	}
+	if status == chargeonce.OperationPending {
+		return rec.Operation.ID
 	}
 	if err := e.store.KeyComplete(t.Context(), chargeonce.KeyCompleteParams{
 		Kind: rec.Kind(), MerchantID: rec.MerchantID, Key: rec.Key, Token: token,
@@ -213,6 +217,27 @@ func TestEachOperationMismatchReportedOnce(t *testing.T) {
 			window: time.Hour,
 			inject: func(t *testing.T, e *env, charge string) string {
 				return e.recordOp(t, charge, chargeonce.KindCancel, 0)
+			},
+			want: map[recon.Type]int{recon.Pending: 1},
+			kind: chargeonce.LedgerVoid,
+		},
+		{
+			name: "our capture still pending past the window, captured by the acquirer",
+			inject: func(t *testing.T, e *env, charge string) string {
+				op := e.recordOpAs(t, charge, chargeonce.KindCapture, 2500, chargeonce.OperationPending)
+				e.settleAtAcquirer(t, chargeonce.LedgerManualCapture, op, charge, 2500)
+				return op
+			},
+			want: map[recon.Type]int{recon.StatusMismatch: 1},
+			kind: chargeonce.LedgerManualCapture,
+		},
+		{
+			name:   "our void pending within the window, voided by the acquirer",
+			window: time.Hour,
+			inject: func(t *testing.T, e *env, charge string) string {
+				op := e.recordOpAs(t, charge, chargeonce.KindCancel, 0, chargeonce.OperationPending)
+				e.settleAtAcquirer(t, chargeonce.LedgerVoid, op, charge, 2500)
+				return op
 			},
 			want: map[recon.Type]int{recon.Pending: 1},
 			kind: chargeonce.LedgerVoid,
