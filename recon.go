@@ -49,6 +49,31 @@ type ReconRefundsParams struct {
 	Limit                int
 }
 
+// ReconOperationsParams select one page of the captures and cancels of
+// authorizations (Operation), pending or succeeded, last changed in [From,
+// To) — a settled one by when it settled, a pending one by when it was
+// made — in charge id order, after the charge AfterCharge ("" for the first
+// page). A charge has at most one such operation (the database keeps one
+// pending or succeeded per charge), so the charge id alone is the cursor.
+// One that failed moved nothing and is not listed.
+//
+// ChargeMax, when not empty, bounds the charges: ChargeID < ChargeMax, as
+// for refunds.
+type ReconOperationsParams struct {
+	From, To    time.Time
+	AfterCharge string
+	ChargeMax   string
+	Limit       int
+}
+
+// ReconOperation is a capture or cancel of an authorization as
+// reconciliation reads it: the operation and when it settled (for a pending
+// one, when it was made), the time that puts it in a period.
+type ReconOperation struct {
+	Operation
+	SettledAt time.Time
+}
+
 // ReconRun is one stored reconciliation run, keyed by (Acquirer, Period):
 // running the same period against the same acquirer again updates this run
 // rather than adding another.
@@ -152,6 +177,12 @@ type ReconStore interface {
 	// p.AfterID), in that order (byte order). Fewer than p.Limit means the
 	// range is exhausted.
 	RefundsListByChargeReference(ctx context.Context, p ReconRefundsParams) ([]Refund, error)
+	// OperationsListByChargeReference returns up to p.Limit captures and
+	// cancels of authorizations, pending or succeeded, last changed in
+	// [p.From, p.To), whose charge id sorts after p.AfterCharge, in charge
+	// id order (byte order). Fewer than p.Limit means the range is
+	// exhausted.
+	OperationsListByChargeReference(ctx context.Context, p ReconOperationsParams) ([]ReconOperation, error)
 	// ReconRunSave stores run under (run.Acquirer, run.Period): inserted
 	// with Runs = 1 the first time, replacing the report and counting one
 	// more run after that. It returns the run as stored. In the same
@@ -171,12 +202,20 @@ type ReconStore interface {
 // LedgerKind is what a ledger entry did with money.
 type LedgerKind string
 
-// The kinds of ledger entries. Refunds and voids name the capture they
-// belong to in ChargeReference.
+// The kinds of ledger entries. Every entry is filed under the reference of
+// the charge it belongs to (ChargeReference): a capture (automatic,
+// captured or declined) and an authorization (a charge with manual capture,
+// held and not taken) under their own; a refund, a capture of an
+// authorization (LedgerManualCapture, for the amount captured) and a void
+// under the charge's, with the reference they were made under when the
+// acquirer keeps it (the simulator does; Stripe captures and cancels the
+// PaymentIntent itself, so its entries carry none).
 const (
-	LedgerCapture LedgerKind = "capture"
-	LedgerRefund  LedgerKind = "refund"
-	LedgerVoid    LedgerKind = "void"
+	LedgerCapture       LedgerKind = "capture"
+	LedgerAuthorization LedgerKind = "authorization"
+	LedgerManualCapture LedgerKind = "manual_capture"
+	LedgerRefund        LedgerKind = "refund"
+	LedgerVoid          LedgerKind = "void"
 )
 
 // LedgerEntry is one object in an acquirer's ledger: a capture attempt
@@ -187,18 +226,22 @@ type LedgerEntry struct {
 	ID   string     `json:"id"`
 	Kind LedgerKind `json:"kind"`
 	// Reference is the reference the entry was created under: the charge
-	// id for a capture, the refund's own reference for a refund.
+	// id for a capture or an authorization, the refund's own reference for
+	// a refund, the operation's (cp_…, vd_…) for a capture of an
+	// authorization or a void, "" when the acquirer does not keep it.
 	Reference string `json:"reference"`
 	// ChargeReference is the reference of the charge the entry belongs
-	// to, the join key: Reference itself for a capture, the refunded or
-	// voided capture's reference otherwise. Ledgers are ordered by it.
+	// to, the join key: Reference itself for a capture or an
+	// authorization, the refunded capture's or the settled authorization's
+	// reference otherwise. Ledgers are ordered by it.
 	ChargeReference string `json:"charge_reference"`
 	Merchant        string `json:"merchant"`
 	OrderID         int64  `json:"order_id"`
 	AmountCents     int64  `json:"amount_cents"`
 	Currency        string `json:"currency"`
-	// Status is captured or declined for a capture; succeeded, pending or
-	// failed for a refund; succeeded for a void.
+	// Status is captured or declined for a capture; authorized for an
+	// authorization; succeeded, pending or failed for a refund; succeeded
+	// for a capture of an authorization and for a void.
 	Status    string    `json:"status"`
 	CreatedAt time.Time `json:"created_at"`
 	// Metadata is what the acquirer keeps beside the entry that we sent:

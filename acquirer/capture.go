@@ -131,21 +131,13 @@ func (s *Simulator) settle(ctx context.Context, req chargeonce.OperationCall, ki
 		auth.settledBy, auth.captured = req.Reference, req.AmountCents
 		s.stats.AuthorizationCaptures++
 		// The ledger lists the capture under the charge's reference, for
-		// the captured amount, as it lists an automatic capture.
-		s.ledger.add(chargeonce.LedgerEntry{
-			Kind: chargeonce.LedgerCapture, Reference: req.ChargeReference, Merchant: req.Merchant,
-			OrderID: auth.first.OrderID, AmountCents: req.AmountCents, Currency: req.Currency,
-			Status: string(chargeonce.StatusCaptured), CreatedAt: op.CreatedAt,
-		})
+		// the captured amount, with the operation's reference.
+		s.ledger.addOperation(op, auth.first)
 	default:
 		auth.settledBy, auth.voided = req.Reference, true
 		op.AmountCents = auth.first.AmountCents
 		s.stats.Voids++
-		s.ledger.add(chargeonce.LedgerEntry{
-			Kind: chargeonce.LedgerVoid, Reference: req.Reference, ChargeReference: req.ChargeReference,
-			Merchant: req.Merchant, OrderID: auth.first.OrderID, AmountCents: auth.first.AmountCents,
-			Currency: auth.first.Currency, Status: string(chargeonce.OperationSucceeded), CreatedAt: op.CreatedAt,
-		})
+		s.ledger.addOperation(op, auth.first)
 	}
 	or.op = op
 	if token == TokenFailAfter {

@@ -104,10 +104,16 @@ func TestSimulatorManualCapture(t *testing.T) {
 	for _, e := range page.Entries {
 		got = append(got, fmt.Sprintf("%s %s/%s %d %s", e.Kind, e.Reference, e.ChargeReference, e.AmountCents, e.Status))
 	}
+	// Every authorization is listed (it moves nothing), and its capture
+	// or void under the charge's reference with the operation's own.
 	want := []string{
-		"capture ch_a/ch_a 60 captured", "refund re_a/ch_a 70 failed", "refund re_b/ch_a 60 succeeded",
+		"authorization ch_a/ch_a 100 authorized", "manual_capture cp_a/ch_a 60 succeeded",
+		"refund re_a/ch_a 70 failed", "refund re_b/ch_a 60 succeeded",
+		"authorization ch_tok_fail_after/ch_tok_fail_after 100 authorized",
 		"void vd_tok_fail_after/ch_tok_fail_after 100 succeeded",
+		"authorization ch_tok_fail_before/ch_tok_fail_before 100 authorized",
 		"void vd_tok_fail_before/ch_tok_fail_before 100 succeeded",
+		"authorization ch_tok_slow/ch_tok_slow 100 authorized",
 		"void vd_tok_slow/ch_tok_slow 100 succeeded",
 	}
 	if !slices.Equal(got, want) {

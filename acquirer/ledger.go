@@ -16,8 +16,8 @@ import (
 
 var _ chargeonce.Ledger = (*Simulator)(nil)
 
-// ledger is the simulator's record of every settled capture (and, once the
-// simulator refunds, every refund and void), for reconciliation. Entries are
+// ledger is the simulator's record of every settled capture, authorization,
+// capture of an authorization, void and refund, for reconciliation. Entries are
 // appended as they settle; a page is read through an index sorted by
 // (ChargeReference, seq), rebuilt only when entries were added since the
 // last read, so paging through a past day sorts once.
@@ -48,14 +48,24 @@ func kindPrefix(k chargeonce.LedgerKind) string {
 		return "lre"
 	case chargeonce.LedgerVoid:
 		return "lvo"
+	case chargeonce.LedgerAuthorization:
+		return "lau"
+	case chargeonce.LedgerManualCapture:
+		return "lmc"
 	}
 	return "lca"
 }
 
-// addCapture records a settled capture. s.mu must be held.
+// addCapture records a settled capture: captured or declined, or, for an
+// authorization, authorized (an entry of its own kind: held, not taken).
+// s.mu must be held.
 func (l *ledger) addCapture(c *Capture) {
+	kind := chargeonce.LedgerCapture
+	if c.Status == chargeonce.StatusAuthorized {
+		kind = chargeonce.LedgerAuthorization
+	}
 	l.add(chargeonce.LedgerEntry{
-		Kind:        chargeonce.LedgerCapture,
+		Kind:        kind,
 		Reference:   c.Reference,
 		Merchant:    c.Merchant,
 		OrderID:     c.OrderID,
@@ -63,6 +73,22 @@ func (l *ledger) addCapture(c *Capture) {
 		Currency:    c.Currency,
 		Status:      string(c.Status),
 		CreatedAt:   c.CreatedAt,
+	})
+}
+
+// addOperation records a capture (of op.AmountCents) or a void of the
+// authorization auth that succeeded: filed under the charge's reference,
+// the join key, with the operation's own reference. s.mu must be held.
+func (l *ledger) addOperation(op *Operation, auth *Capture) {
+	kind, currency := chargeonce.LedgerManualCapture, op.Currency
+	if op.Kind == chargeonce.LedgerVoid {
+		// A void releases the whole authorization, in its currency.
+		kind, currency = chargeonce.LedgerVoid, auth.Currency
+	}
+	l.add(chargeonce.LedgerEntry{
+		Kind: kind, Reference: op.Reference, ChargeReference: op.ChargeReference,
+		Merchant: op.Merchant, OrderID: auth.OrderID, AmountCents: op.AmountCents,
+		Currency: currency, Status: string(op.Status), CreatedAt: op.CreatedAt,
 	})
 }
 

@@ -2,6 +2,7 @@ package acquirer_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -149,5 +150,53 @@ func TestLedgerListsRefunds(t *testing.T) {
 	want := []string{"capture ch_r/ch_r captured", "refund re_1/ch_r succeeded", "refund re_2/ch_r failed"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("ledger %q, want %q", got, want)
+	}
+}
+
+// An authorization is in the ledger as one (it moves nothing), and its
+// capture (for the amount captured) or void beside it, under the charge's
+// reference with the operation's own, in-process and over HTTP; a capture
+// or void that failed moved nothing and is not listed.
+func TestLedgerListsAuthorizations(t *testing.T) {
+	t.Parallel()
+	sim := acquirer.NewSimulator(acquirer.Options{})
+	t.Cleanup(func() { sim.Close() })
+	srv := httptest.NewServer(acquirer.Handler(sim))
+	t.Cleanup(srv.Close)
+	start := time.Now()
+	for _, ref := range []string{"ch_v", "ch_c", "ch_o"} {
+		if res, err := sim.Authorize(t.Context(), chargeonce.CaptureRequest{Reference: ref, OrderID: 1, Merchant: "m", AmountCents: 100, Currency: "BRL", PaymentToken: acquirer.TokenOK}); err != nil || res.Status != chargeonce.StatusAuthorized {
+			t.Fatalf("Authorize(%s) = %+v, %v", ref, res, err)
+		}
+	}
+	call := func(ref, charge string, amount int64) chargeonce.OperationCall {
+		return chargeonce.OperationCall{Reference: ref, ChargeReference: charge, Merchant: "m", AmountCents: amount, Currency: "BRL"}
+	}
+	if res, err := sim.CaptureAuthorized(t.Context(), call("cp_c", "ch_c", 40)); err != nil || res.Status != chargeonce.OperationSucceeded {
+		t.Fatalf("CaptureAuthorized = %+v, %v", res, err)
+	}
+	if res, err := sim.Void(t.Context(), call("vd_v", "ch_v", 100)); err != nil || res.Status != chargeonce.OperationSucceeded {
+		t.Fatalf("Void = %+v, %v", res, err)
+	}
+	if res, err := sim.Void(t.Context(), call("vd_c", "ch_c", 100)); err != nil || res.Status != chargeonce.OperationFailed {
+		t.Fatalf("Void of a captured authorization = %+v, %v", res, err)
+	}
+	want := []string{
+		"authorization ch_c/ch_c 100 authorized", "manual_capture cp_c/ch_c 40 succeeded",
+		"authorization ch_o/ch_o 100 authorized",
+		"authorization ch_v/ch_v 100 authorized", "void vd_v/ch_v 100 succeeded",
+	}
+	for _, ledger := range []chargeonce.Ledger{sim, acquirer.NewClient(srv.URL, srv.Client())} {
+		page, err := ledger.LedgerList(t.Context(), chargeonce.LedgerParams{From: start.Add(-time.Second), To: time.Now().Add(time.Second)})
+		if err != nil {
+			t.Fatalf("%T: %v", ledger, err)
+		}
+		var got []string
+		for _, e := range page.Entries {
+			got = append(got, fmt.Sprintf("%s %s/%s %d %s", e.Kind, e.Reference, e.ChargeReference, e.AmountCents, e.Status))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%T: ledger\n%q\nwant\n%q", ledger, got, want)
+		}
 	}
 }

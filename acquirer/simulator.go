@@ -169,7 +169,7 @@ type Simulator struct {
 	ops     map[string]*opRef       // captures and voids of authorizations, by their reference
 	stats   Stats
 	closed  bool
-	ledger  ledger // every settled capture, for reconciliation (ledger.go)
+	ledger  ledger // every settled capture, authorization, void and refund, for reconciliation (ledger.go)
 
 	closing chan struct{} // closed by Close: captures skip their remaining delay
 	wg      sync.WaitGroup
@@ -400,7 +400,8 @@ func (s *Simulator) execute(ref *reference, r *run) {
 		c.DeclineCode = DeclineInsufficientFunds
 	case r.manual:
 		// Held, not taken: the capture or void comes later (capture.go),
-		// and only then does money move and the ledger list it.
+		// and only then does money move. The ledger lists the
+		// authorization as one, which moves nothing.
 		c.Status = chargeonce.StatusAuthorized
 		s.stats.Authorizations++
 	default:
@@ -412,9 +413,7 @@ func (s *Simulator) execute(ref *reference, r *run) {
 	}
 	k := orderKey{c.Merchant, c.OrderID}
 	s.byOrder[k] = append(s.byOrder[k], c)
-	if c.Status != chargeonce.StatusAuthorized {
-		s.ledger.addCapture(c)
-	}
+	s.ledger.addCapture(c)
 	r.result = c.Result()
 }
 

@@ -119,15 +119,20 @@ func chargeIDBound(t time.Time) string {
 type Mismatch struct {
 	Type Type `json:"type"`
 	// Kind is what the difference is about: a capture (our charge and the
-	// acquirer's captures under its reference) or a refund (our refund and
-	// the acquirer's under the refund's reference). Voids and manual
-	// captures will be kinds of their own (chargeonce.LedgerKind).
+	// acquirer's captures under its reference), a refund (our refund and
+	// the acquirer's under the refund's reference), or the settlement of
+	// an authorization, a manual_capture or a void (our capture or cancel
+	// of the charge and the acquirer's captures and voids of its
+	// authorization).
 	Kind chargeonce.LedgerKind `json:"kind"`
 	// Reference is the charge's reference (our charge id): the join key,
-	// and the charge a refund's mismatch belongs to.
+	// and the charge a refund's, a manual capture's or a void's mismatch
+	// belongs to.
 	Reference string `json:"reference"`
 	// ObjectReference is the refund's reference (our refund id) for a
-	// refund's mismatch; "" for a capture's.
+	// refund's mismatch, the operation's (our cp_… or vd_…, else the
+	// acquirer's when it keeps one) for a manual capture's or a void's;
+	// "" for a capture's.
 	ObjectReference string `json:"object_reference,omitempty"`
 	Merchant        string `json:"merchant"`
 	OrderID         int64  `json:"order_id"`
@@ -165,10 +170,12 @@ type Report struct {
 	From     time.Time `json:"from"`
 	To       time.Time `json:"to"`
 	// Charges counts our charges created in the period, Refunds our
-	// refunds created in it; LedgerEntries the acquirer's entries joined
-	// to the period's references.
+	// refunds created in it, Operations our captures and cancels of
+	// authorizations settled in it; LedgerEntries the acquirer's entries
+	// joined to the period's references.
 	Charges       int `json:"charges"`
 	Refunds       int `json:"refunds"`
+	Operations    int `json:"operations"`
 	LedgerEntries int `json:"ledger_entries"`
 	// Matched counts the period's references on which both sides agree.
 	Matched int `json:"matched"`
@@ -219,15 +226,17 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 	from, to := opts.From.Add(-opts.Margin), opts.To.Add(opts.Margin)
 	ours := &ourStream{store: store, p: chargeonce.ReconChargesParams{From: from, To: to, Limit: opts.PageSize}}
 	refunds := &refundStream{store: store, p: chargeonce.ReconRefundsParams{From: from, To: to, Limit: opts.PageSize}}
+	ops := &opStream{store: store, p: chargeonce.ReconOperationsParams{From: from, To: to, Limit: opts.PageSize}}
 	if opts.TimeOrderedIDs {
 		ours.p.IDMin, ours.p.IDMax = chargeIDBound(from.Add(-IDClockSkew)), chargeIDBound(to.Add(IDClockSkew))
-		refunds.p.ChargeMax = ours.p.IDMax
+		refunds.p.ChargeMax, ops.p.ChargeMax = ours.p.IDMax, ours.p.IDMax
 	}
 	theirs := &ledgerStream{ledger: ledger, p: chargeonce.LedgerParams{From: from, To: to, Limit: opts.PageSize}}
 
 	var (
 		group     []chargeonce.LedgerEntry
 		ourRefund []chargeonce.Refund
+		ourOps    []chargeonce.ReconOperation
 	)
 	for {
 		oc, err := ours.peek(ctx)
@@ -238,11 +247,15 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 		if err != nil {
 			return nil, err
 		}
+		oo, err := ops.peek(ctx)
+		if err != nil {
+			return nil, err
+		}
 		le, err := theirs.peek(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if oc == nil && or == nil && le == nil {
+		if oc == nil && or == nil && oo == nil && le == nil {
 			break
 		}
 		var refs []string
@@ -251,6 +264,9 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 		}
 		if or != nil {
 			refs = append(refs, or.ChargeID)
+		}
+		if oo != nil {
+			refs = append(refs, oo.ChargeID)
 		}
 		if le != nil {
 			refs = append(refs, le.ChargeReference)
@@ -274,6 +290,18 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 			ourRefund = append(ourRefund, *or)
 			refunds.next()
 		}
+		ourOps = ourOps[:0]
+		for {
+			oo, err := ops.peek(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if oo == nil || oo.ChargeID != ref {
+				break
+			}
+			ourOps = append(ourOps, *oo)
+			ops.next()
+		}
 		group = group[:0]
 		for {
 			le, err := theirs.peek(ctx)
@@ -286,14 +314,16 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 			group = append(group, *le)
 			theirs.next()
 		}
-		if our == nil && (len(ourRefund) > 0 || hasKind(group, chargeonce.LedgerRefund)) {
-			// A refund of a charge made before the read began: its charge
-			// tells what was captured.
+		if our == nil && (len(ourRefund) > 0 || len(ourOps) > 0 ||
+			hasKind(group, chargeonce.LedgerRefund) || hasKind(group, chargeonce.LedgerManualCapture) || hasKind(group, chargeonce.LedgerVoid)) {
+			// A refund, a capture or a void of a charge made before the
+			// read began: its charge tells what was authorized and
+			// captured.
 			if our, err = r.chargeByID(ctx, ref); err != nil {
 				return nil, err
 			}
 		}
-		r.join(ref, our, ourRefund, group)
+		r.join(ref, our, ourRefund, ourOps, group)
 	}
 	if err := r.resolveOrphans(ctx); err != nil {
 		return nil, err
@@ -366,18 +396,25 @@ func (r *run) add(m Mismatch) {
 }
 
 // join classifies one reference: our charge (nil when we have none), our
-// refunds of it and the acquirer's entries for it, in the order it made
-// them. The charge's capture belongs to the period by our charge's
+// refunds of it, our capture or cancel of its authorization, and the
+// acquirer's entries for it, in the order it made them. The charge's
+// capture (or authorization) belongs to the period by our charge's
 // creation (the acquirer's first capture when we have no charge), each
-// refund by its own (ours, else the acquirer's first entry for it).
-func (r *run) join(ref string, our *chargeonce.Charge, refunds []chargeonce.Refund, entries []chargeonce.LedgerEntry) {
-	var captures []chargeonce.LedgerEntry
+// refund by its own (ours, else the acquirer's first entry for it), the
+// authorization's capture or void by when ours settled (else the
+// acquirer's first).
+func (r *run) join(ref string, our *chargeonce.Charge, refunds []chargeonce.Refund, ops []chargeonce.ReconOperation, entries []chargeonce.LedgerEntry) {
+	// captures are the charge's first drive at the acquirer: captures
+	// (captured or declined) and authorizations; settlements the captures
+	// and voids of its authorization.
+	var captures, settlements []chargeonce.LedgerEntry
 	for _, e := range entries {
-		if e.Kind == chargeonce.LedgerCapture {
+		switch e.Kind {
+		case chargeonce.LedgerCapture, chargeonce.LedgerAuthorization:
 			captures = append(captures, e)
+		case chargeonce.LedgerManualCapture, chargeonce.LedgerVoid:
+			settlements = append(settlements, e)
 		}
-		// Voids (and, with manual capture, authorizations) are not
-		// compared yet: they move no money of their own.
 	}
 	var chargeInPeriod bool
 	switch {
@@ -403,7 +440,10 @@ func (r *run) join(ref string, our *chargeonce.Charge, refunds []chargeonce.Refu
 		}
 		r.report.LedgerEntries += len(captures)
 	}
-	f, t := r.joinRefunds(ref, our, refunds, entries, captures, chargeInPeriod)
+	f, t := r.joinOperation(ref, our, ops, settlements)
+	found += f
+	touched = touched || t
+	f, t = r.joinRefunds(ref, our, refunds, entries, slices.Concat(captures, settlements), chargeInPeriod)
 	found += f
 	touched = touched || t
 	if touched && found == 0 {
@@ -468,6 +508,19 @@ func (r *run) joinCapture(ref string, our *chargeonce.Charge, captures []chargeo
 	}
 	young := our != nil && r.now.Sub(our.CreatedAt) < r.opts.SettlementWindow
 
+	if our != nil && our.CaptureMethod == chargeonce.CaptureManual &&
+		(our.Status == chargeonce.StatusAuthorized || our.Status == chargeonce.StatusCaptured || our.Status == chargeonce.StatusCanceled) {
+		// An authorization: it moved no money, and its capture or void is
+		// compared on the day it settled (joinOperation). Money the
+		// acquirer took outright under its reference is a mismatch.
+		if len(captured) > 0 {
+			add(StatusMismatch, "authorized by us (manual capture), captured outright by the acquirer")
+		}
+		if len(captured) > 1 {
+			add(DuplicateForIntent, "the acquirer captured %d times under one reference", len(captured))
+		}
+		return found
+	}
 	switch {
 	case our == nil:
 		if len(captured) > 0 {
@@ -480,7 +533,7 @@ func (r *run) joinCapture(ref string, our *chargeonce.Charge, captures []chargeo
 			add(MissingAtAcquirer, "captured by us; the acquirer has no capture under the reference")
 		}
 	case our.Status == chargeonce.StatusCaptured && len(captured) == 0:
-		add(StatusMismatch, "captured by us, declined by the acquirer")
+		add(StatusMismatch, "captured by us, %s at the acquirer", m.AcquirerStatus)
 	case our.Status == chargeonce.StatusDeclined && len(captured) > 0:
 		add(StatusMismatch, "declined by us, captured by the acquirer")
 	case our.Status == chargeonce.StatusProcessing && len(captures) > 0:
@@ -504,6 +557,133 @@ func (r *run) joinCapture(ref string, our *chargeonce.Charge, captures []chargeo
 		add(DuplicateForIntent, "the acquirer captured %d times under one reference", len(captured))
 	}
 	return found
+}
+
+// opKind is the ledger kind of our capture or cancel of an authorization.
+func opKind(op *chargeonce.ReconOperation) chargeonce.LedgerKind {
+	if op.Kind == chargeonce.KindCancel {
+		return chargeonce.LedgerVoid
+	}
+	return chargeonce.LedgerManualCapture
+}
+
+// joinOperation compares how an authorization was settled on both sides:
+// our capture or cancel of the charge ref (at most one pending or
+// succeeded, ops) with the acquirer's captures and voids of its
+// authorization (settlements), joined by the charge's reference. An
+// acquirer need not keep the operation's own reference (Stripe captures
+// and cancels the PaymentIntent itself), and an authorization settles once,
+// so the charge's reference is the join key on both sides. The settlement
+// belongs to the period by when ours settled, else by the acquirer's first.
+// It returns how many mismatches it found and whether a settlement was in
+// the period.
+func (r *run) joinOperation(ref string, our *chargeonce.Charge, ops []chargeonce.ReconOperation, settlements []chargeonce.LedgerEntry) (found int, touched bool) {
+	var ours *chargeonce.ReconOperation
+	for i := range ops {
+		if ours == nil || ops[i].Status == chargeonce.OperationSucceeded {
+			ours = &ops[i]
+		}
+	}
+	var at time.Time
+	switch {
+	case ours != nil:
+		at = ours.SettledAt
+	case len(settlements) > 0:
+		at = settlements[0].CreatedAt
+	default:
+		return 0, false
+	}
+	if !r.inPeriod(at) {
+		return 0, false
+	}
+	var caps, voids []chargeonce.LedgerEntry
+	m := Mismatch{Reference: ref}
+	for _, e := range settlements {
+		m.AcquirerIDs = append(m.AcquirerIDs, e.ID)
+		if e.Status != string(chargeonce.OperationSucceeded) {
+			continue
+		}
+		if e.Kind == chargeonce.LedgerVoid {
+			voids = append(voids, e)
+		} else {
+			caps = append(caps, e)
+		}
+	}
+	r.report.LedgerEntries += len(settlements)
+	if our != nil {
+		m.Merchant, m.OrderID = our.MerchantID, our.OrderID
+	}
+	if len(settlements) > 0 {
+		first := settlements[0]
+		if moved := slices.Concat(caps, voids); len(moved) > 0 {
+			first = moved[0]
+		}
+		m.Kind, m.ObjectReference = first.Kind, first.Reference
+		if our == nil {
+			m.Merchant, m.OrderID = first.Merchant, first.OrderID
+		}
+		m.AcquirerStatus, m.AcquirerAmountCents, m.AcquirerCurrency = first.Status, first.AmountCents, first.Currency
+	}
+	if ours != nil {
+		r.report.Operations++
+		m.Kind, m.ObjectReference, m.Merchant = opKind(ours), ours.ID, ours.MerchantID
+		m.OurStatus, m.OurAmountCents, m.OurCurrency, m.OurCreatedAt = string(ours.Status), ours.AmountCents, ours.Currency, ours.CreatedAt.UTC()
+	}
+	add := func(t Type, format string, args ...any) {
+		mm := m
+		mm.Type, mm.Detail = t, fmt.Sprintf(format, args...)
+		r.add(mm)
+		found++
+	}
+	young := ours != nil && r.now.Sub(ours.SettledAt) < r.opts.SettlementWindow
+	switch {
+	case ours == nil:
+		// A void we did not record moved no money (the authorization is
+		// released; ours expires and is voided by the sweeper).
+		if len(caps) > 0 {
+			add(MissingInternal, "the acquirer captured the authorization %d time(s); we recorded no capture of it", len(caps))
+		}
+	case ours.Status == chargeonce.OperationPending:
+		switch {
+		case len(caps)+len(voids) > 0 && young:
+			add(Pending, "our %s is pending; the acquirer has settled the authorization (%s)", m.Kind, m.AcquirerStatus)
+		case len(caps)+len(voids) > 0:
+			add(StatusMismatch, "our %s is still pending past the settlement window; the acquirer has settled the authorization (%s)", m.Kind, m.AcquirerStatus)
+		case young:
+			add(Pending, "our %s is pending; the acquirer shows nothing yet", m.Kind)
+		}
+	case ours.Kind == chargeonce.KindCancel:
+		switch {
+		case len(caps) > 0:
+			m.AcquirerStatus, m.AcquirerAmountCents, m.AcquirerCurrency = caps[0].Status, caps[0].AmountCents, caps[0].Currency
+			add(StatusMismatch, "voided by us, captured (%d minor units) by the acquirer", caps[0].AmountCents)
+		case len(voids) > 0:
+		case young:
+			add(Pending, "voided by us %s ago; the acquirer shows nothing yet", r.now.Sub(ours.SettledAt).Round(time.Second))
+		default:
+			add(MissingAtAcquirer, "voided by us; the acquirer has no void of the authorization")
+		}
+	default: // our capture succeeded
+		switch {
+		case len(caps) > 0:
+			if c := caps[0]; c.AmountCents != ours.AmountCents {
+				add(AmountMismatch, "we captured %d, the acquirer %d of the authorization (minor units)", ours.AmountCents, c.AmountCents)
+			}
+			if c := caps[0]; !strings.EqualFold(c.Currency, ours.Currency) {
+				add(CurrencyMismatch, "we captured in %s, the acquirer in %s", ours.Currency, c.Currency)
+			}
+			if len(caps) > 1 {
+				add(DuplicateForIntent, "the acquirer captured the authorization %d times", len(caps))
+			}
+		case len(voids) > 0:
+			add(StatusMismatch, "captured by us, voided by the acquirer")
+		case young:
+			add(Pending, "captured by us %s ago; the acquirer shows nothing yet", r.now.Sub(ours.SettledAt).Round(time.Second))
+		default:
+			add(MissingAtAcquirer, "captured by us; the acquirer has no capture of the authorization")
+		}
+	}
+	return found, true
 }
 
 // refundPair is one refund reference's two sides.
@@ -586,20 +766,32 @@ func (r *run) joinRefunds(ref string, our *chargeonce.Charge, refunds []chargeon
 	if !touched && !chargeInPeriod {
 		return found, false
 	}
-	// What was captured, on each side: the acquirer's captures read with
-	// the reference, or, for a charge captured before the read began, our
-	// charge's amount (its capture was compared with ours on its own day).
+	// What was captured, on each side: the acquirer's captures (and
+	// captures of its authorization) read with the reference, or, for a
+	// charge captured before the read began, our charge's captured amount
+	// (its capture was compared with ours on its own day). For a charge
+	// with manual capture that is what its capture took, not what was
+	// authorized.
 	var ourCaptured, theirCaptured int64
-	if our != nil && our.Status == chargeonce.StatusCaptured {
-		ourCaptured = our.AmountCents
+	if our != nil {
+		ourCaptured = our.AmountCaptured()
 	}
-	if len(captures) > 0 {
-		for _, c := range captures {
-			if c.Status == string(chargeonce.StatusCaptured) {
-				theirCaptured += c.AmountCents
+	took := false
+	for _, e := range captures {
+		switch e.Kind {
+		case chargeonce.LedgerCapture, chargeonce.LedgerAuthorization:
+			took = true
+			if e.Status == string(chargeonce.StatusCaptured) {
+				theirCaptured += e.AmountCents
+			}
+		case chargeonce.LedgerManualCapture:
+			took = true
+			if e.Status == string(chargeonce.OperationSucceeded) {
+				theirCaptured += e.AmountCents
 			}
 		}
-	} else if our != nil && !chargeInPeriod {
+	}
+	if !took && our != nil && !chargeInPeriod {
 		theirCaptured = ourCaptured
 	}
 	if ourRefunded > ourCaptured || theirRefunded > theirCaptured {
@@ -889,6 +1081,39 @@ func Save(ctx context.Context, store chargeonce.ReconStore, rep *Report) (charge
 	}
 	return run, nil
 }
+
+// opStream pages through our captures and cancels of authorizations in
+// charge reference order.
+type opStream struct {
+	store chargeonce.ReconStore
+	p     chargeonce.ReconOperationsParams
+	buf   []chargeonce.ReconOperation
+	i     int
+	done  bool
+}
+
+func (s *opStream) peek(ctx context.Context) (*chargeonce.ReconOperation, error) {
+	for s.i == len(s.buf) {
+		if s.done {
+			return nil, nil
+		}
+		page, err := s.store.OperationsListByChargeReference(ctx, s.p)
+		if err != nil {
+			return nil, fmt.Errorf("recon: reading our captures and cancels after %q: %w", s.p.AfterCharge, err)
+		}
+		for _, op := range page {
+			if op.ChargeID <= s.p.AfterCharge && s.p.AfterCharge != "" {
+				return nil, fmt.Errorf("recon: our captures and cancels are not in byte order (%q after %q)", op.ChargeID, s.p.AfterCharge)
+			}
+			s.p.AfterCharge = op.ChargeID
+		}
+		s.buf, s.i = page, 0
+		s.done = len(page) < s.p.Limit
+	}
+	return &s.buf[s.i], nil
+}
+
+func (s *opStream) next() { s.i++ }
 
 // refundStream pages through our refunds in (charge reference, id) order.
 type refundStream struct {

@@ -25,9 +25,10 @@ import (
 )
 
 // BenchmarkReconcileDay reconciles a day of RECON_BENCH_CHARGES captured
-// charges (default 100000), spread over yesterday, against a simulator
-// ledger holding their captures plus a few injected mismatches, on each
-// store. It reports the run's time, charges per second, and the peak Go
+// charges (default 100000; one in ten authorized and then captured, with
+// manual capture), spread over yesterday, against a simulator ledger
+// holding their captures (and authorizations and captures of them) plus a
+// few injected mismatches, on each store. It reports the run's time, charges per second, and the peak Go
 // heap in use during the run above what the store and the simulator held
 // before it (the ledger itself lives in this process too). Run it with
 //
@@ -129,9 +130,9 @@ func BenchmarkReconcileDay(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if rep.Charges != n || rep.Matched != n-injected || rep.Counts[recon.MissingInternal] != injected || rep.Counts[recon.AmountMismatch] != injected {
-					b.Fatalf("charges=%d matched=%d counts=%v, want %d charges, %d matched, %d missing_internal and %d amount_mismatch",
-						rep.Charges, rep.Matched, rep.Counts, n, n-injected, injected, injected)
+				if rep.Charges != n || rep.Operations != n/10 || rep.Matched != n-injected || rep.Counts[recon.MissingInternal] != injected || rep.Counts[recon.AmountMismatch] != injected {
+					b.Fatalf("charges=%d operations=%d matched=%d counts=%v, want %d charges, %d operations, %d matched, %d missing_internal and %d amount_mismatch",
+						rep.Charges, rep.Operations, rep.Matched, rep.Counts, n, n/10, n-injected, injected, injected)
 				}
 				over := float64(peak.Load()) - float64(base.HeapInuse)
 				b.Logf("%s: live heap half way through the run %.1f MB above the %.1f MB live before it", kind,
@@ -164,14 +165,26 @@ const injected = 5
 // fill stores n captured charges created over day, and their captures in
 // the simulator's ledger a moment later, the first injected of them for a
 // different amount, plus injected captures of references we never stored.
+// One charge in ten (manual) is an authorization captured a moment later:
+// its charge, its capture in charge_operations, and in the ledger its
+// authorization and the capture of it.
+
 func fill(b *testing.B, store chargeonce.Store, sim *acquirer.Simulator, day time.Time, n, other int) []chargeonce.Charge {
 	b.Helper()
 	step := 24 * time.Hour / time.Duration(n+1)
 	charges := make([]chargeonce.Charge, n, n+other)
+	var ops []chargeonce.ReconOperation
 	for i := range charges {
 		at := day.Add(step * time.Duration(i+1)).Truncate(time.Microsecond)
 		charges[i] = chargeonce.Charge{ID: benchID(at), MerchantID: "demo", IdempotencyKey: fmt.Sprintf("k%d", i),
 			OrderID: int64(i + 1), AmountCents: 2500, Currency: "BRL", PaymentToken: "tok_ok", Status: chargeonce.StatusCaptured, CreatedAt: at}
+		if manual(i) {
+			charges[i].CaptureMethod, charges[i].CapturedCents = chargeonce.CaptureManual, 2000
+			ops = append(ops, chargeonce.ReconOperation{Operation: chargeonce.Operation{
+				ID: "cp_" + charges[i].ID[3:], Kind: chargeonce.KindCapture, MerchantID: "demo", IdempotencyKey: fmt.Sprintf("c%d", i),
+				ChargeID: charges[i].ID, AmountCents: 2000, Currency: "BRL", Status: chargeonce.OperationSucceeded, CreatedAt: at.Add(10 * time.Millisecond),
+			}, SettledAt: at.Add(20 * time.Millisecond)})
+		}
 	}
 	if other > 0 {
 		ostep := 4 * 24 * time.Hour / time.Duration(other+1)
@@ -184,15 +197,25 @@ func fill(b *testing.B, store chargeonce.Store, sim *acquirer.Simulator, day tim
 	switch s := store.(type) {
 	case *postgres.Store:
 		_, err := s.Pool().CopyFrom(context.Background(), pgx.Identifier{"charges"},
-			[]string{"id", "merchant_id", "idempotency_key", "order_id", "amount_cents", "currency", "payment_token", "status", "created_at", "updated_at"},
+			[]string{"id", "merchant_id", "idempotency_key", "order_id", "amount_cents", "currency", "payment_token", "status", "created_at", "updated_at", "capture_method", "captured_cents"},
 			pgx.CopyFromSlice(len(charges), func(i int) ([]any, error) {
 				c := charges[i]
-				return []any{c.ID, c.MerchantID, c.IdempotencyKey, c.OrderID, c.AmountCents, c.Currency, c.PaymentToken, string(c.Status), c.CreatedAt, c.CreatedAt}, nil
+				return []any{c.ID, c.MerchantID, c.IdempotencyKey, c.OrderID, c.AmountCents, c.Currency, c.PaymentToken, string(c.Status), c.CreatedAt, c.CreatedAt,
+					nullIf(string(c.CaptureMethod), ""), nullIf(c.CapturedCents, 0)}, nil
 			}))
 		if err != nil {
 			b.Fatalf("copying charges: %v", err)
 		}
-		if _, err := s.Pool().Exec(context.Background(), "ANALYZE charges"); err != nil {
+		_, err = s.Pool().CopyFrom(context.Background(), pgx.Identifier{"charge_operations"},
+			[]string{"id", "merchant_id", "idempotency_key", "charge_id", "kind", "amount_cents", "currency", "status", "created_at", "updated_at"},
+			pgx.CopyFromSlice(len(ops), func(i int) ([]any, error) {
+				o := ops[i]
+				return []any{o.ID, o.MerchantID, o.IdempotencyKey, o.ChargeID, string(o.Kind), o.AmountCents, o.Currency, string(o.Status), o.CreatedAt, o.SettledAt}, nil
+			}))
+		if err != nil {
+			b.Fatalf("copying charge_operations: %v", err)
+		}
+		if _, err := s.Pool().Exec(context.Background(), "ANALYZE charges, charge_operations"); err != nil {
 			b.Fatal(err)
 		}
 	case *sqlite.Store:
@@ -201,13 +224,25 @@ func fill(b *testing.B, store chargeonce.Store, sim *acquirer.Simulator, day tim
 		if err != nil {
 			b.Fatal(err)
 		}
-		stmt, err := tx.Prepare(`INSERT INTO charges (id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '', ?8, ?9, ?9)`)
+		stmt, err := tx.Prepare(`INSERT INTO charges (id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, description, status, created_at, updated_at, capture_method, captured_cents)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '', ?8, ?9, ?9, ?10, ?11)`)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, c := range charges {
-			if _, err := stmt.Exec(c.ID, c.MerchantID, c.IdempotencyKey, c.OrderID, c.AmountCents, c.Currency, c.PaymentToken, string(c.Status), c.CreatedAt.UnixMicro()); err != nil {
+			if _, err := stmt.Exec(c.ID, c.MerchantID, c.IdempotencyKey, c.OrderID, c.AmountCents, c.Currency, c.PaymentToken, string(c.Status), c.CreatedAt.UnixMicro(),
+				nullIf(string(c.CaptureMethod), ""), nullIf(c.CapturedCents, 0)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		opStmt, err := tx.Prepare(`INSERT INTO charge_operations (id, merchant_id, idempotency_key, charge_id, kind, amount_cents, currency, status, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, o := range ops {
+			if _, err := opStmt.Exec(o.ID, o.MerchantID, o.IdempotencyKey, o.ChargeID, string(o.Kind), o.AmountCents, o.Currency, string(o.Status),
+				o.CreatedAt.UnixMicro(), o.SettledAt.UnixMicro()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -222,6 +257,13 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '', ?8, ?9, ?9)`)
 		if i < injected {
 			amount++
 		}
+		if manual(i) {
+			sim.LedgerAdd(chargeonce.LedgerEntry{Kind: chargeonce.LedgerAuthorization, Reference: c.ID, Merchant: c.MerchantID, OrderID: c.OrderID,
+				AmountCents: c.AmountCents, Currency: c.Currency, Status: string(chargeonce.StatusAuthorized), CreatedAt: c.CreatedAt.Add(5 * time.Millisecond)})
+			sim.LedgerAdd(chargeonce.LedgerEntry{Kind: chargeonce.LedgerManualCapture, Reference: "cp_" + c.ID[3:], ChargeReference: c.ID, Merchant: c.MerchantID,
+				OrderID: c.OrderID, AmountCents: c.CapturedCents, Currency: c.Currency, Status: string(chargeonce.OperationSucceeded), CreatedAt: c.CreatedAt.Add(20 * time.Millisecond)})
+			continue
+		}
 		sim.LedgerAdd(chargeonce.LedgerEntry{Kind: chargeonce.LedgerCapture, Reference: c.ID, Merchant: c.MerchantID, OrderID: c.OrderID,
 			AmountCents: amount, Currency: c.Currency, Status: string(chargeonce.StatusCaptured), CreatedAt: c.CreatedAt.Add(50 * time.Millisecond)})
 	}
@@ -231,6 +273,18 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '', ?8, ?9, ?9)`)
 			AmountCents: 2500, Currency: "BRL", Status: string(chargeonce.StatusCaptured), CreatedAt: at})
 	}
 	return charges[:n]
+}
+
+// manual reports whether fill makes the charge i one with manual capture:
+// one in ten, none of the first injected (whose amounts it edits).
+func manual(i int) bool { return i%10 == 9 }
+
+// nullIf is v, or NULL when it is zero.
+func nullIf[T comparable](v, zero T) any {
+	if v == zero {
+		return nil
+	}
+	return v
 }
 
 // benchID is an id as idempotency.NewChargeID makes it, for a charge

@@ -21,6 +21,7 @@ func RunRecon(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"ChargesByReferenceRange", testChargesByReferenceRange},
 		{"ChargesByReferenceBadLimit", testChargesByReferenceBadLimit},
 		{"RefundsByChargeReferenceWalk", testRefundsByChargeReferenceWalk},
+		{"OperationsByChargeReferenceWalk", testOperationsByChargeReferenceWalk},
 		{"RunSaveIsKeyedByPeriod", testRunSaveIsKeyedByPeriod},
 		{"RunSaveConcurrentOneRow", testRunSaveConcurrentOneRow},
 		{"RunSaveOneEventPerMerchant", testRunSaveOneEventPerMerchant},

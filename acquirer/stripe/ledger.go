@@ -143,10 +143,22 @@ func (l *Ledger) LedgerList(ctx context.Context, p chargeonce.LedgerParams) (cha
 	return page, nil
 }
 
-// entryLess is the ledger's order: by charge reference, then by creation,
-// then by id (Stripe's created is in seconds).
+// entryCompare is the ledger's order: by charge reference, then by
+// creation, then (Stripe's created is in seconds) a charge's first drive
+// before its settlement and its refunds, then by id.
 func entryCompare(a, b *chargeonce.LedgerEntry) int {
-	return cmp.Or(strings.Compare(a.ChargeReference, b.ChargeReference), a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	return cmp.Or(strings.Compare(a.ChargeReference, b.ChargeReference), a.CreatedAt.Compare(b.CreatedAt),
+		cmp.Compare(kindRank(a.Kind), kindRank(b.Kind)), strings.Compare(a.ID, b.ID))
+}
+
+func kindRank(k chargeonce.LedgerKind) int {
+	switch k {
+	case chargeonce.LedgerCapture, chargeonce.LedgerAuthorization:
+		return 0
+	case chargeonce.LedgerManualCapture, chargeonce.LedgerVoid:
+		return 1
+	}
+	return 2
 }
 
 // sort lists the period and returns the merge of its sorted runs.
@@ -187,14 +199,17 @@ func (l *Ledger) sort(ctx context.Context, from, to time.Time) (*ledgerMerge, er
 	limit := l.opts.ListLimit
 	pis := &stripego.PaymentIntentListParams{CreatedRange: &stripego.RangeQueryParams{GreaterThanOrEqual: gte, LesserThan: lt}}
 	pis.Limit = &limit
+	pis.AddExpand("data.latest_charge") // whether a canceled authorization had held money (a void) or never had (a decline)
 	for pi, err := range l.a.sc.V1PaymentIntents.List(ctx, pis) {
 		if err != nil {
 			m.close()
 			return nil, fmt.Errorf("stripe: listing PaymentIntents created in [%d, %d): %w", gte, lt, err)
 		}
-		if err := add(PaymentIntentEntry(pi)); err != nil {
-			m.close()
-			return nil, err
+		for _, e := range PaymentIntentEntries(pi) {
+			if err := add(e); err != nil {
+				m.close()
+				return nil, err
+			}
 		}
 	}
 	res := &stripego.RefundListParams{CreatedRange: &stripego.RangeQueryParams{GreaterThanOrEqual: gte, LesserThan: lt}}
@@ -229,27 +244,64 @@ func (l *Ledger) sort(ctx context.Context, from, to time.Time) (*ledgerMerge, er
 	return m, nil
 }
 
-// PaymentIntentEntry maps a PaymentIntent to a capture entry: its
-// reference is the chargeonce_reference in its metadata, its status
-// captured when it succeeded, declined when it was canceled or needs
-// another payment method, and Stripe's own otherwise (processing,
-// requires_action, requires_capture).
-func PaymentIntentEntry(pi *stripego.PaymentIntent) chargeonce.LedgerEntry {
-	status := string(pi.Status)
-	switch pi.Status {
-	case stripego.PaymentIntentStatusSucceeded:
-		status = string(chargeonce.StatusCaptured)
-	case stripego.PaymentIntentStatusCanceled, stripego.PaymentIntentStatusRequiresPaymentMethod:
-		status = string(chargeonce.StatusDeclined)
-	}
+// PaymentIntentEntries maps a PaymentIntent to its ledger entries, all
+// under the chargeonce_reference in its metadata (the charge's reference):
+//
+//   - automatic capture: one capture entry, captured when it succeeded,
+//     declined when it was canceled or needs another payment method, and
+//     Stripe's own status otherwise (processing, requires_action);
+//   - manual capture (capture_method manual): requires_capture is an
+//     authorization entry (authorized, the amount held); succeeded is the
+//     authorization and its capture (manual_capture, succeeded, for
+//     amount_received, the id its charge's); canceled after it held money
+//     (its latest charge succeeded, uncaptured) is the authorization and
+//     its void (void, succeeded, at canceled_at); canceled or declined
+//     before it held any is a declined capture entry, as for automatic
+//     capture.
+//
+// Stripe captures and cancels the PaymentIntent itself, so the capture's
+// and the void's entries carry no reference of their own (Reference ""):
+// reconciliation joins them by the charge's. A capture's time is not on
+// the PaymentIntent: its entry is dated by the PaymentIntent's creation.
+func PaymentIntentEntries(pi *stripego.PaymentIntent) []chargeonce.LedgerEntry {
 	order, _ := strconv.ParseInt(pi.Metadata[MetaOrderID], 10, 64)
 	ref := pi.Metadata[MetaReference]
-	return chargeonce.LedgerEntry{
+	e := chargeonce.LedgerEntry{
 		ID: pi.ID, Kind: chargeonce.LedgerCapture, Reference: ref, ChargeReference: ref,
 		Merchant: pi.Metadata[MetaMerchant], OrderID: order,
-		AmountCents: pi.Amount, Currency: strings.ToUpper(string(pi.Currency)), Status: status,
+		AmountCents: pi.Amount, Currency: strings.ToUpper(string(pi.Currency)), Status: string(pi.Status),
 		CreatedAt: time.Unix(pi.Created, 0).UTC(), Metadata: pi.Metadata,
 	}
+	held := pi.LatestCharge != nil && pi.LatestCharge.Status == stripego.ChargeStatusSucceeded
+	if pi.CaptureMethod == stripego.PaymentIntentCaptureMethodManual || pi.Status == stripego.PaymentIntentStatusRequiresCapture {
+		auth := e
+		auth.Kind, auth.Status = chargeonce.LedgerAuthorization, string(chargeonce.StatusAuthorized)
+		settled := e
+		settled.Reference, settled.Status = "", string(chargeonce.OperationSucceeded)
+		switch {
+		case pi.Status == stripego.PaymentIntentStatusRequiresCapture:
+			return []chargeonce.LedgerEntry{auth}
+		case pi.Status == stripego.PaymentIntentStatusSucceeded:
+			settled.Kind, settled.AmountCents = chargeonce.LedgerManualCapture, pi.AmountReceived
+			if pi.LatestCharge != nil && pi.LatestCharge.ID != "" {
+				settled.ID = pi.LatestCharge.ID
+			}
+			return []chargeonce.LedgerEntry{auth, settled}
+		case pi.Status == stripego.PaymentIntentStatusCanceled && held:
+			settled.Kind = chargeonce.LedgerVoid
+			if pi.CanceledAt > 0 {
+				settled.CreatedAt = time.Unix(pi.CanceledAt, 0).UTC()
+			}
+			return []chargeonce.LedgerEntry{auth, settled}
+		}
+	}
+	switch pi.Status {
+	case stripego.PaymentIntentStatusSucceeded:
+		e.Status = string(chargeonce.StatusCaptured)
+	case stripego.PaymentIntentStatusCanceled, stripego.PaymentIntentStatusRequiresPaymentMethod:
+		e.Status = string(chargeonce.StatusDeclined)
+	}
+	return []chargeonce.LedgerEntry{e}
 }
 
 // RefundEntry maps a Refund to a refund entry: its reference is the

@@ -204,9 +204,10 @@ func TestLedgerPagesAndSorts(t *testing.T) {
 }
 
 // TestLedgerAgainstStripeMock: the list requests the ledger makes (created
-// range, limit, expand of the refunds' PaymentIntent) are accepted by
-// stripe-mock, which checks them against Stripe's OpenAPI description, and
-// its fixture objects map to entries. stripe-mock is stateless: it answers
+// range, limit, expand of the refunds' PaymentIntent and of the
+// PaymentIntents' latest charge) are accepted by stripe-mock, which checks
+// them against Stripe's OpenAPI description, and its fixture objects map
+// to entries. stripe-mock is stateless: it answers
 // one fixture page (has_more false) whatever the range, so pagination and
 // the period's filter are shown by TestLedgerPagesAndSorts, not here.
 func TestLedgerAgainstStripeMock(t *testing.T) {
@@ -235,4 +236,77 @@ func TestLedgerAgainstStripeMock(t *testing.T) {
 		t.Errorf("entries of kinds %v, next %q; want stripe-mock's PaymentIntent and Refund fixtures on one page", kinds, page.Next)
 	}
 	t.Logf("stripe-mock fixtures: %+v", page.Entries)
+}
+
+// PaymentIntents with manual capture map to an authorization and what
+// settled it: requires_capture is an authorization; succeeded adds its
+// capture for amount_received (the amount captured, not the amount
+// authorized); canceled after holding money (its latest charge succeeded)
+// adds a void at canceled_at; canceled or declined before holding any is
+// a declined capture, as with automatic capture. The list asks Stripe to
+// expand each PaymentIntent's latest charge, which tells the two apart.
+func TestLedgerMapsManualCapture(t *testing.T) {
+	t.Parallel()
+	day := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	at := day.Add(time.Hour).Unix()
+	pi := func(id, ref, status string, received int64, charge map[string]any) map[string]any {
+		o := map[string]any{
+			"id": id, "object": "payment_intent", "amount": 1000, "amount_received": received, "currency": "brl",
+			"status": status, "created": at, "capture_method": "manual",
+			"metadata": map[string]string{"chargeonce_reference": ref, "merchant": "demo", "order_id": "7"},
+		}
+		if charge != nil {
+			o["latest_charge"] = charge
+		}
+		if status == "canceled" {
+			o["canceled_at"] = at + 120
+		}
+		return o
+	}
+	held := func(id string) map[string]any {
+		return map[string]any{"id": id, "object": "charge", "status": "succeeded", "captured": false}
+	}
+	srv := &listServer{t: t, pis: []map[string]any{
+		pi("pi_open", "ch_open", "requires_capture", 0, held("ch_s_open")),
+		pi("pi_cap", "ch_cap", "succeeded", 600, map[string]any{"id": "ch_s_cap", "object": "charge", "status": "succeeded", "captured": true}),
+		pi("pi_void", "ch_void", "canceled", 0, held("ch_s_void")),
+		pi("pi_decl", "ch_decl", "canceled", 0, map[string]any{"id": "ch_s_decl", "object": "charge", "status": "failed"}),
+		pi("pi_rpm", "ch_rpm", "requires_payment_method", 0, nil),
+	}}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	retries := int64(0)
+	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: hs.URL, MaxNetworkRetries: &retries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := acq.Ledger(stripe.LedgerOptions{})
+	t.Cleanup(func() { _ = l.Close() })
+	page, err := l.LedgerList(t.Context(), chargeonce.LedgerParams{From: day, To: day.Add(24 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range page.Entries {
+		got = append(got, fmt.Sprintf("%s %s %s/%s %d %s %s", e.ID, e.Kind, e.Reference, e.ChargeReference, e.AmountCents, e.Status, e.CreatedAt.Format("15:04:05")))
+	}
+	want := []string{
+		"pi_cap authorization ch_cap/ch_cap 1000 authorized 01:00:00",
+		"ch_s_cap manual_capture /ch_cap 600 succeeded 01:00:00",
+		"pi_decl capture ch_decl/ch_decl 1000 declined 01:00:00",
+		"pi_open authorization ch_open/ch_open 1000 authorized 01:00:00",
+		"pi_rpm capture ch_rpm/ch_rpm 1000 declined 01:00:00",
+		"pi_void authorization ch_void/ch_void 1000 authorized 01:00:00",
+		"pi_void void /ch_void 1000 succeeded 01:02:00",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ledger\n%q\nwant\n%q", got, want)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for _, q := range srv.queries {
+		if strings.HasPrefix(q, "/v1/payment_intents?") && !strings.Contains(q, "expand[0]=data.latest_charge") {
+			t.Errorf("PaymentIntents listed without expanding their latest charge: %s", q)
+		}
+	}
 }
