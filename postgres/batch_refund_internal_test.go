@@ -41,9 +41,13 @@ func TestRefundsShareGroupCommit(t *testing.T) {
 	run := s.batches.run
 	s.batches.run = func(ctx context.Context, batch []job) error {
 		for _, j := range batch {
-			switch j.(type) {
-			case *refundInsertJob, *refundCompleteJob:
+			switch j := j.(type) {
+			case *refundInsertJob:
 				refundsBatched.Add(1)
+			case *completeJob:
+				if j.p.Kind == chargeonce.KindRefund {
+					refundsBatched.Add(1)
+				}
 			}
 		}
 		return run(ctx, batch)

@@ -140,6 +140,73 @@ WITH input AS (
 )
 SELECT merchant_id, key FROM k`
 
+// refundInsertBatchSQL is refundInsertSQL for many refunds of distinct
+// charges and keys in one statement (queueRefundInserts): each refund is
+// inserted, with its record, and counted against its charge, only if its
+// charge is captured and has the refund's amount left, as the snapshot
+// sees it; a refund racing another past the captured amount makes the
+// CHECK abort the statement. It returns the inserted ones only, each as
+// refundInsertSQL returns it.
+const refundInsertBatchSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+		$7::text[], $8::bigint[], $9::text[], $10::text[])
+		WITH ORDINALITY AS t(merchant_id, key, fingerprint, token, lease_us, id, charge_id, amount_cents, reason, metadata, n)
+), cap AS (
+	SELECT i.id AS refund_id, c.id, c.currency
+	FROM input i JOIN charges c ON c.merchant_id = i.merchant_id AND c.id = i.charge_id
+	WHERE c.status = 'captured' AND COALESCE(c.captured_cents, c.amount_cents) - c.refunded_cents >= i.amount_cents
+), k AS (
+	INSERT INTO idempotency_keys
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
+	SELECT i.merchant_id, i.key, i.fingerprint, i.token, 'processing',
+		now() + i.lease_us * interval '1 microsecond', i.id
+	FROM input i JOIN cap ON cap.refund_id = i.id ORDER BY i.n
+	ON CONFLICT (merchant_id, key) DO NOTHING
+	RETURNING *
+), u AS (
+	UPDATE charges SET refunded_cents = charges.refunded_cents + i.amount_cents
+	FROM k JOIN input i ON i.id = k.charge_id
+	WHERE charges.id = i.charge_id
+), r AS (
+	INSERT INTO refunds
+		(id, merchant_id, idempotency_key, charge_id, amount_cents, currency, reason, metadata, status)
+	SELECT i.id, i.merchant_id, i.key, i.charge_id, i.amount_cents, cap.currency, i.reason, i.metadata, 'pending'
+	FROM k JOIN input i ON i.id = k.charge_id JOIN cap ON cap.refund_id = i.id
+	RETURNING *
+)
+SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
+FROM k JOIN r ON r.id = k.charge_id JOIN charges c ON c.id = r.charge_id
+	LEFT JOIN charge_operations o ON false`
+
+// refundCompleteBatchSQL is refundCompleteSQL for many refunds' records,
+// with keyCompleteBatchSQL's arguments (completeBatch): the records
+// complete under their tokens, their refunds take their final statuses,
+// and the charges of those that failed or were canceled get their amounts
+// back, summed per charge.
+const refundCompleteBatchSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::bytea[], $6::text[], $7::text[], $8::bigint[])
+		AS t(merchant_id, key, token, response_status, response_body, refund_status, failure_reason, ttl_us)
+), k AS (
+	UPDATE idempotency_keys i
+	SET state = 'completed', response_status = input.response_status, response_body = input.response_body,
+		updated_at = now(), expires_at = now() + input.ttl_us * interval '1 microsecond'
+	FROM input
+	WHERE i.merchant_id = input.merchant_id AND i.key = input.key AND i.token = input.token AND i.state = 'processing'
+	RETURNING i.merchant_id, i.key, i.charge_id, input.refund_status, input.failure_reason
+), r AS (
+	UPDATE refunds
+	SET status = k.refund_status, failure_reason = NULLIF(k.failure_reason, ''), updated_at = now()
+	FROM k WHERE refunds.id = k.charge_id AND refunds.status = 'pending'
+	RETURNING refunds.charge_id, refunds.amount_cents, refunds.status
+), c AS (
+	UPDATE charges SET refunded_cents = charges.refunded_cents - back.cents
+	FROM (SELECT charge_id, sum(amount_cents) AS cents FROM r WHERE status IN ('failed', 'canceled') GROUP BY charge_id) back
+	WHERE charges.id = back.charge_id
+)
+SELECT merchant_id, key FROM k`
+
 // insertJob is one attempt's KeyInsert round in the batcher.
 type insertJob struct {
 	jobState
@@ -164,13 +231,6 @@ type refundInsertJob struct {
 	err      error
 }
 
-// refundCompleteJob is one refund's KeyComplete in the batcher.
-type refundCompleteJob struct {
-	jobState
-	p   chargeonce.KeyCompleteParams
-	err error // nil, ESTALE, or the failure
-}
-
 // completeJob is one attempt's KeyComplete in the batcher.
 type completeJob struct {
 	jobState
@@ -188,18 +248,17 @@ func newBatchers(s *Store) {
 			case *insertJob:
 				j.rec, j.inserted, j.expired, j.err = s.insertOne(j.ctx, j.p)
 			case *completeJob:
-				j.err = s.completeOne(j.ctx, j.p, retry)
+				if j.p.Kind == chargeonce.KindRefund {
+					j.err = s.refundCompleteOne(j.ctx, j.p, retry)
+				} else {
+					j.err = s.completeOne(j.ctx, j.p, retry)
+				}
 			case *refundInsertJob:
 				j.rec, j.inserted, j.expired, j.err = s.refundInsertOne(j.ctx, j.p)
-			case *refundCompleteJob:
-				j.err = s.refundCompleteOne(j.ctx, j.p, retry)
 			}
 		},
 		conflicts: func(j job) string {
-			switch j := j.(type) {
-			case *completeJob:
-				return jobKey(j.p.MerchantID, j.p.Key)
-			case *refundCompleteJob:
+			if j, ok := j.(*completeJob); ok {
 				return jobKey(j.p.MerchantID, j.p.Key)
 			}
 			// Inserts on one key share a row (insertBatch); refunds' run
@@ -229,18 +288,20 @@ func (s *Store) runBatch(ctx context.Context, batch []job) error {
 		inserts         []*insertJob
 		completes       []*completeJob
 		refundInserts   []*refundInsertJob
-		refundCompletes []*refundCompleteJob
+		refundCompletes []*completeJob
 	)
 	for _, j := range batch {
 		switch j := j.(type) {
 		case *insertJob:
 			inserts = append(inserts, j)
 		case *completeJob:
-			completes = append(completes, j)
+			if j.p.Kind == chargeonce.KindRefund {
+				refundCompletes = append(refundCompletes, j)
+			} else {
+				completes = append(completes, j)
+			}
 		case *refundInsertJob:
 			refundInserts = append(refundInserts, j)
-		case *refundCompleteJob:
-			refundCompletes = append(refundCompletes, j)
 		}
 	}
 	var (
@@ -257,7 +318,12 @@ func (s *Store) runBatch(ctx context.Context, batch []job) error {
 		b.Queue(keyCompleteBatchSQL, args...)
 		reads = append(reads, read)
 	}
-	reads = append(reads, queueRefunds(&b, refundInserts, refundCompletes)...)
+	reads = append(reads, queueRefundInserts(&b, refundInserts)...)
+	if len(refundCompletes) > 0 {
+		args, read := completeBatch(refundCompletes)
+		b.Queue(refundCompleteBatchSQL, args...)
+		reads = append(reads, read)
+	}
 	br := s.pool.SendBatch(ctx, &b)
 	for _, read := range reads {
 		rows, err := br.Query()
@@ -273,24 +339,71 @@ func (s *Store) runBatch(ctx context.Context, batch []job) error {
 	return br.Close()
 }
 
-// queueRefunds queues the refunds' inserts and completions of a batch
-// after its charges': each its own single statement, refundInsertSQL or
-// refundCompleteSQL, for they lock their charge's row and check what it
-// may still refund row by row; what the batch shares is the round trip and
-// the commit. The inserts go in the order of their charges, so that two
-// batches lock the charges they refund in one order. A refund's insert
-// that inserts nothing is that job's outcome (RefundInsert reads on); a
-// CHECK violation (a refund racing another past the captured amount)
-// fails the batch, and every job then runs its own statement.
-func queueRefunds(b *pgx.Batch, inserts []*refundInsertJob, completes []*refundCompleteJob) []func(pgx.Rows) error {
-	slices.SortStableFunc(inserts, func(a, b *refundInsertJob) int {
+// queueRefundInserts queues the refunds' inserts of a batch after its
+// charges': one refundInsertBatchSQL for as many as it can take, at most
+// one refund per charge, so that each is checked against what its charge
+// still may refund exactly as refundInsertSQL checks it; and the others
+// (a second refund of a charge, a refund of "the rest", a key twice)
+// each as its own refundInsertSQL after it, in the order of their charges,
+// so that two batches lock the charges they refund in one order. A job
+// whose refund the batch statement did not insert gets pgx.ErrNoRows
+// (RefundInsert reads on: the key is held, the charge not captured or
+// short of the amount); a CHECK violation (a refund racing another past
+// the captured amount) fails the batch, and every job then runs its own
+// statement.
+func queueRefundInserts(b *pgx.Batch, jobs []*refundInsertJob) []func(pgx.Rows) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(jobs, func(a, b *refundInsertJob) int {
 		return cmp.Compare(a.p.Refund.ChargeID, b.p.Refund.ChargeID)
 	})
-	slices.SortFunc(completes, func(a, b *refundCompleteJob) int {
-		return cmp.Or(cmp.Compare(a.p.MerchantID, b.p.MerchantID), cmp.Compare(a.p.Key, b.p.Key))
-	})
-	reads := make([]func(pgx.Rows) error, 0, len(inserts)+len(completes))
-	for _, j := range inserts {
+	var (
+		multi, single []*refundInsertJob
+		charges       = make(map[string]bool, len(jobs))
+		keys          = make(map[string]bool, len(jobs))
+	)
+	for _, j := range jobs {
+		rf := j.p.Refund
+		k := jobKey(rf.MerchantID, rf.IdempotencyKey)
+		if rf.AmountCents > 0 && !charges[rf.ChargeID] && !keys[k] {
+			charges[rf.ChargeID], keys[k] = true, true
+			multi = append(multi, j)
+		} else {
+			single = append(single, j)
+		}
+	}
+	var reads []func(pgx.Rows) error
+	if len(multi) > 0 {
+		b.Queue(refundInsertBatchSQL, refundInsertBatchArgs(multi)...)
+		reads = append(reads, func(rows pgx.Rows) error {
+			defer rows.Close()
+			got := make(map[string]chargeonce.KeyRecord, len(multi))
+			for rows.Next() {
+				var inserted bool
+				rec, _, err := scanAnyRecord(rows, &inserted)
+				if err != nil {
+					return err
+				}
+				if rec.Refund == nil {
+					return fmt.Errorf("refund insert batch returned a record of %s without its refund", rec.ObjectID())
+				}
+				got[rec.Refund.ID] = rec
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for _, j := range multi {
+				rec, ok := got[j.p.Refund.ID]
+				j.rec, j.inserted, j.expired, j.err = rec, ok, false, nil
+				if !ok {
+					j.err = pgx.ErrNoRows
+				}
+			}
+			return nil
+		})
+	}
+	for _, j := range single {
 		b.Queue(refundInsertSQL, refundInsertArgs(j.p)...)
 		reads = append(reads, func(rows pgx.Rows) error {
 			defer rows.Close()
@@ -305,25 +418,25 @@ func queueRefunds(b *pgx.Batch, inserts []*refundInsertJob, completes []*refundC
 			return rows.Err()
 		})
 	}
-	for _, j := range completes {
-		b.Queue(refundCompleteSQL, refundCompleteArgs(j.p)...)
-		reads = append(reads, func(rows pgx.Rows) error {
-			defer rows.Close()
-			var n int
-			if rows.Next() {
-				if err := rows.Scan(&n); err != nil {
-					return err
-				}
-			}
-			rows.Close()
-			j.err = nil
-			if n == 0 {
-				j.err = staleErr(j.p.Key)
-			}
-			return rows.Err()
-		})
-	}
 	return reads
+}
+
+// refundInsertBatchArgs are refundInsertBatchSQL's arguments for jobs.
+func refundInsertBatchArgs(jobs []*refundInsertJob) []any {
+	n := len(jobs)
+	var (
+		merchants, keys, fps, tokens = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		ids, chargeIDs, reasons      = make([]string, n), make([]string, n), make([]string, n)
+		metadata                     = make([]*string, n)
+		leases, amounts              = make([]int64, n), make([]int64, n)
+	)
+	for i, j := range jobs {
+		rf := j.p.Refund
+		merchants[i], keys[i], fps[i], tokens[i] = rf.MerchantID, rf.IdempotencyKey, j.p.Fingerprint, j.p.Token
+		leases[i], ids[i], chargeIDs[i], amounts[i] = micros(j.p.Lease), rf.ID, rf.ChargeID, rf.AmountCents
+		reasons[i], metadata[i] = rf.Reason, chargeonce.MetadataText(rf.Metadata)
+	}
+	return []any{merchants, keys, fps, tokens, leases, ids, chargeIDs, amounts, reasons, metadata}
 }
 
 // micros is d in whole microseconds, PostgreSQL's interval resolution.
@@ -445,7 +558,9 @@ func insertBatch(jobs []*insertJob) (sql string, args []any, read func(pgx.Rows)
 }
 
 // completeBatch returns the arguments of keyCompleteBatchSQL for jobs (no
-// two on one key) and the function that records each job's outcome from
+// two on one key), or of refundCompleteBatchSQL for refunds' (their
+// statuses and failure reasons in the place of the charges' statuses and
+// decline codes), and the function that records each job's outcome from
 // the statement's rows.
 func completeBatch(jobs []*completeJob) (args []any, read func(pgx.Rows) error) {
 	slices.SortFunc(jobs, func(a, b *completeJob) int {
@@ -464,6 +579,9 @@ func completeBatch(jobs []*completeJob) (args []any, read func(pgx.Rows) error) 
 		merchants[i], keys[i], tokens[i] = p.MerchantID, p.Key, p.Token
 		statuses[i], bodies[i] = int32(p.ResponseStatus), p.ResponseBody //nolint:gosec // G115: an HTTP status (100–599)
 		chargeStatuses[i], declines[i], ttls[i] = string(p.ChargeStatus), p.DeclineCode, micros(p.TTL)
+		if p.Kind == chargeonce.KindRefund { // refundCompleteBatchSQL
+			chargeStatuses[i], declines[i] = string(p.RefundStatus), p.FailureReason
+		}
 	}
 	args = []any{merchants, keys, tokens, statuses, bodies, chargeStatuses, declines, ttls}
 	return args, func(rows pgx.Rows) error {

@@ -272,7 +272,7 @@ func (s *Store) refundComplete(ctx context.Context, p chargeonce.KeyCompletePara
 	if s.batches == nil {
 		return s.refundCompleteOne(ctx, p, false)
 	}
-	j := &refundCompleteJob{jobState: jobState{ctx: ctx}, p: p}
+	j := &completeJob{jobState: jobState{ctx: ctx}, p: p}
 	if err := s.batches.do(j); err != nil {
 		return fmt.Errorf("completing refund: %w", translate(err))
 	}
