@@ -106,8 +106,12 @@ func (o Options) Validate() error {
 type Acquirer struct {
 	sc   *stripego.Client
 	opts Options
-	// known remembers the PaymentIntents of recent captures, for refunds.
+	// known remembers the PaymentIntents of recent captures and
+	// authorizations, by charge reference, for refunds, captures and voids.
 	known intents
+	// ops remembers the PaymentIntent each capture or void was sent to, by
+	// the operation's reference, for its lookups.
+	ops intents
 }
 
 var _ chargeonce.Acquirer = (*Acquirer)(nil)
@@ -176,6 +180,13 @@ func Amount(minor int64, currency string) (int64, error) {
 // Capture creates and confirms a PaymentIntent for req, with req.Reference
 // as its Idempotency-Key. See the package documentation for the outcomes.
 func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
+	return a.create(ctx, req, false)
+}
+
+// create creates and confirms the PaymentIntent of req: captured at once,
+// or with manual only authorized (capture_method manual: it then waits in
+// requires_capture for CaptureAuthorized or Void).
+func (a *Acquirer) create(ctx context.Context, req chargeonce.CaptureRequest, manual bool) (chargeonce.CaptureResult, error) {
 	amount, err := Amount(req.AmountCents, req.Currency)
 	if err != nil {
 		// Refused before Stripe is called: nothing was sent, nothing moved.
@@ -193,6 +204,9 @@ func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (
 			AllowRedirects: stripego.String(string(stripego.PaymentIntentAutomaticPaymentMethodsAllowRedirectsNever)),
 		},
 	}
+	if manual {
+		params.CaptureMethod = stripego.String(string(stripego.PaymentIntentCaptureMethodManual))
+	}
 	params.SetIdempotencyKey(req.Reference)
 	params.AddMetadata(MetaReference, req.Reference)
 	params.AddMetadata(MetaOrderID, strconv.FormatInt(req.OrderID, 10))
@@ -208,7 +222,7 @@ func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (
 	if !settled {
 		return chargeonce.CaptureResult{}, &OpenError{Reference: req.Reference, ID: pi.ID, Status: pi.Status}
 	}
-	if res.Status == chargeonce.StatusCaptured {
+	if res.Status == chargeonce.StatusCaptured || res.Status == chargeonce.StatusAuthorized {
 		a.known.put(req.Reference, pi.ID)
 	}
 	return res, nil
@@ -329,14 +343,30 @@ func rejected(status int) bool {
 // result maps a PaymentIntent to a settled result; settled is false while
 // its outcome is still open (processing, or waiting for a confirmation the
 // adapter never sends).
+//
+// A PaymentIntent with capture_method manual (Authorize's) is authorized
+// while it requires capture, captured once it succeeded, and canceled once
+// an authorization of it was voided: canceled with a charge and no payment
+// error. Canceled without a successful authorization, it is a decline, as
+// for any PaymentIntent.
 func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.CaptureResult, settled bool) {
 	res = chargeonce.CaptureResult{Reference: reference, Status: chargeonce.StatusDeclined}
+	manual := pi.CaptureMethod == stripego.PaymentIntentCaptureMethodManual
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded:
 		res.Status = chargeonce.StatusCaptured
+	case stripego.PaymentIntentStatusRequiresCapture:
+		if !manual {
+			return chargeonce.CaptureResult{}, false
+		}
+		res.Status = chargeonce.StatusAuthorized
 	case stripego.PaymentIntentStatusRequiresAction:
 		res.DeclineCode = DeclineAuthenticationRequired
 	case stripego.PaymentIntentStatusCanceled:
+		if manual && pi.LatestCharge != nil && pi.LastPaymentError == nil {
+			res.Status = chargeonce.StatusCanceled
+			break
+		}
 		res.DeclineCode = DeclineCanceled
 	case stripego.PaymentIntentStatusRequiresPaymentMethod:
 		// Confirmed and failed: its last error says why.
@@ -352,10 +382,11 @@ func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.Captur
 
 // Lookup implements chargeonce.Acquirer honestly.
 //
-// A reference whose PaymentIntent id is known (req.AcquirerID) is answered
-// by retrieving that PaymentIntent: settled, or unsure while it is open
-// (processing, awaiting capture), so recovery keeps retrieving it until it
-// leaves that state.
+// A reference whose PaymentIntent id is known (req.AcquirerID, or this
+// adapter's own capture or authorization) is answered by retrieving that
+// PaymentIntent: settled (an authorization is found authorized, captured
+// or canceled), or unsure while it is open (processing), so recovery keeps
+// retrieving it until it leaves that state.
 //
 // Otherwise, to decide a re-send (chargeonce.LookupToResend) while the
 // reference is younger than KeyWindow, Stripe still holds its
@@ -371,6 +402,11 @@ func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.Captur
 // consistent, so a miss is LookupSafeToSend (nothing there) only for
 // references older than SearchLag, else LookupUnsure.
 func (a *Acquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	if req.AcquirerID == "" {
+		// A PaymentIntent this adapter captured or authorized is retrieved:
+		// unlike the window and the search, that read is consistent.
+		req.AcquirerID = a.known.get(req.Reference)
+	}
 	if req.AcquirerID != "" {
 		return a.retrieve(ctx, req)
 	}
@@ -431,7 +467,12 @@ func lookupOf(reference string, pi *stripego.PaymentIntent) chargeonce.LookupRes
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded, stripego.PaymentIntentStatusRequiresAction,
 		stripego.PaymentIntentStatusProcessing, stripego.PaymentIntentStatusRequiresCapture:
-		lr.Binding = true // the open two are unsure: lr.Open()
+		// Processing (and an automatic PaymentIntent awaiting capture) is
+		// unsure: lr.Open(). An authorization is found, authorized.
+		lr.Binding = true
+	}
+	if settled && res.Status == chargeonce.StatusCanceled {
+		lr.Binding = true // an authorization voided: never captured, never declined
 	}
 	return lr
 }

@@ -106,7 +106,13 @@ type PaymentIntent struct {
 	Metadata      map[string]string `json:"metadata"`
 	Created       int64             `json:"created"`
 	LastError     *apiError         `json:"last_payment_error"`
-	createdAt     time.Time
+	// The fields of manual capture (capture.go).
+	CaptureMethod      string `json:"capture_method"`
+	AmountCapturable   int64  `json:"amount_capturable"`
+	AmountReceived     int64  `json:"amount_received"`
+	LatestCharge       string `json:"latest_charge,omitempty"`
+	CancellationReason string `json:"cancellation_reason,omitempty"`
+	createdAt          time.Time
 }
 
 type apiError struct {
@@ -170,6 +176,8 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
 		f.create(w, r)
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
+		f.settleAuthorization(w, r, strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"))
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		f.search(w, r)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
@@ -307,6 +315,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		pi.Status = "succeeded"
 		answer = pi
 	}
+	authorizeOrCapture(pi, form.Get("capture_method"))
 	body, _ := json.Marshal(answer)
 	if key != "" {
 		f.keys[key] = &savedAnswer{params: params, status: status, body: body, since: now}
