@@ -214,8 +214,9 @@ func (e *OperationError) AcquirerID() string { return e.ID }
 // network errors, timeouts, 5xx, 429, 409 and idempotency errors are
 // unknown outcomes naming pi.
 func (a *Acquirer) operationError(ctx context.Context, k opKind, reference, pi string, err error) (chargeonce.OperationResult, error) {
+	cause := err // what stripe-go returned: its Retry-After, if any
 	unknown := func(err error) error {
-		return a.withRetryAfter(err, &OperationError{Reference: reference, ID: pi, Err: err})
+		return a.withRetryAfter(cause, &OperationError{Reference: reference, ID: pi, Err: err})
 	}
 	se, ok := errors.AsType[*stripego.Error](err)
 	if !ok {

@@ -2,6 +2,8 @@ package stripe_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,5 +203,177 @@ func TestVoidAnswerLost(t *testing.T) {
 	}
 	if n := e.fake.Captured("ch_void"); n != 0 {
 		t.Fatalf("a voided authorization received %d", n)
+	}
+}
+
+// TestOperationOutcomes: a capture's or a void's failures map to the
+// charge path's classes: a 5xx before Stripe committed, a 429 (with its
+// Retry-After), a changed request under the same key and a wrong API key
+// are unknown outcomes naming the PaymentIntent; more than was authorized
+// is a rejection that moved nothing; after an unknown outcome that moved
+// nothing, the lookup says safe to send and the re-send captures once.
+func TestOperationOutcomes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, stripetest.Options{RetryAfter: 2 * time.Second}, stripe.Options{}, 0)
+	ctx := t.Context()
+
+	authorize(t, e, "ch_before", stripetest.PMOK)
+	e.fake.FaultOperation("cp_before", stripetest.PMFailBefore)
+	call := opCall("cp_before", "ch_before", 1990)
+	_, err := e.acq.CaptureAuthorized(ctx, call)
+	if named, ok := errors.AsType[chargeonce.AcquirerIDError](err); !ok || named.AcquirerID() == "" || errors.Is(err, chargeonce.ErrCaptureRejected) {
+		t.Fatalf("a 500 before the commit: %v; want an unknown outcome naming the PaymentIntent", err)
+	}
+	if lr, err := e.acq.OperationLookup(ctx, chargeonce.LookupRequest{Reference: "cp_before", ChargeReference: "ch_before"}); err != nil || lr.Status != chargeonce.LookupSafeToSend {
+		t.Fatalf("OperationLookup after a 500 before the commit = %+v, %v; want safe to send (the PaymentIntent awaits capture)", lr, err)
+	}
+	if res, err := e.acq.CaptureAuthorized(ctx, call); err != nil || res.Status != chargeonce.OperationSucceeded {
+		t.Fatalf("the re-send = %+v, %v; want succeeded", res, err)
+	}
+	if got := e.fake.Captured("ch_before"); got != 1990 {
+		t.Fatalf("captured %d; want 1990 once", got)
+	}
+
+	authorize(t, e, "ch_429", stripetest.PMOK)
+	for _, pm := range []string{stripetest.PMRateLimited, stripetest.PMUnavailable} {
+		ref := "vd_" + pm
+		e.fake.FaultOperation(ref, pm)
+		_, err = e.acq.Void(ctx, opCall(ref, "ch_429", 1990))
+		ra, ok := errors.AsType[interface {
+			error
+			RetryAfter() time.Duration
+		}](err)
+		if !ok || ra.RetryAfter() != 2*time.Second || errors.Is(err, chargeonce.ErrCaptureRejected) {
+			t.Fatalf("%s: %v; want an unknown outcome asking to retry after 2s", pm, err)
+		}
+		if _, ok := errors.AsType[chargeonce.AcquirerIDError](err); !ok {
+			t.Fatalf("%s: %v; want it to name the PaymentIntent", pm, err)
+		}
+	}
+
+	authorize(t, e, "ch_over", stripetest.PMOK)
+	if _, err := e.acq.CaptureAuthorized(ctx, opCall("cp_over", "ch_over", 1991)); !errors.Is(err, chargeonce.ErrCaptureRejected) {
+		t.Fatalf("a capture past the authorization: %v; want a rejection", err)
+	}
+	if _, err := e.acq.CaptureAuthorized(ctx, opCall("cp_twice", "ch_over", 500)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.acq.CaptureAuthorized(ctx, opCall("cp_twice", "ch_over", 600)); err == nil || errors.Is(err, chargeonce.ErrCaptureRejected) {
+		t.Fatalf("another amount under the same key (idempotency_error): %v; want an unknown outcome", err)
+	}
+
+	wrong := otherInstance(t, e, stripe.Options{})
+	wrongKey, err := stripe.New(stripe.Options{Key: "sk_test_wrong", APIBase: e.url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authorize(t, &env{fake: e.fake, acq: wrong, url: e.url}, "ch_key", stripetest.PMOK)
+	if _, err := wrongKey.Void(ctx, opCall("vd_key", "ch_key", 1990)); err == nil || errors.Is(err, chargeonce.ErrCaptureRejected) {
+		t.Fatalf("a wrong API key: %v; want an unknown outcome", err)
+	}
+	if _, err := e.acq.Void(ctx, opCall("", "ch_key", 1990)); !errors.Is(err, chargeonce.ErrCaptureRejected) {
+		t.Fatalf("a void without a reference: %v; want a rejection", err)
+	}
+}
+
+// TestAuthorizationExpiredAtStripe: Stripe cancels an authorization nobody
+// captured (automatic). A void that comes after it succeeds, since the
+// authorization is released as asked (an answer of failed would leave the
+// charge authorized here for ever); a capture fails; the charge's lookup
+// finds it canceled, on any instance.
+func TestAuthorizationExpiredAtStripe(t *testing.T) {
+	t.Parallel()
+	e := setup(t, stripetest.Options{}, stripe.Options{}, 0)
+	ctx := t.Context()
+	authorize(t, e, "ch_exp", stripetest.PMOK)
+	if !e.fake.Expire("ch_exp") {
+		t.Fatal("no authorization to expire")
+	}
+	if res, err := e.acq.CaptureAuthorized(ctx, opCall("cp_exp", "ch_exp", 1990)); err != nil || res.FailureReason != stripe.OperationFailedCanceled {
+		t.Fatalf("a capture of an expired authorization = %+v, %v; want failed, %s", res, err, stripe.OperationFailedCanceled)
+	}
+	if res, err := e.acq.Void(ctx, opCall("vd_exp", "ch_exp", 1990)); err != nil || res.Status != chargeonce.OperationSucceeded {
+		t.Fatalf("a void of an expired authorization = %+v, %v; want succeeded", res, err)
+	}
+	other := otherInstance(t, e, stripe.Options{})
+	lr, err := other.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_exp", Purpose: chargeonce.LookupToResolve, Age: time.Hour, AgeKnown: true})
+	if err != nil || lr.Status != chargeonce.LookupFound || lr.Result.Status != chargeonce.StatusCanceled || !lr.Binding {
+		t.Fatalf("Lookup of the expired authorization = %+v, %v; want found, canceled, binding", lr, err)
+	}
+}
+
+// TestLookupOfAnAuthorization: a charge's lookup finds its authorization
+// authorized (never unsure for ever, as an open PaymentIntent would be), on
+// the instance that made it and, through Search, on another; and captured
+// once it is.
+func TestLookupOfAnAuthorization(t *testing.T) {
+	t.Parallel()
+	e := setup(t, stripetest.Options{}, stripe.Options{}, 0)
+	ctx := t.Context()
+	authorize(t, e, "ch_look", stripetest.PMOK)
+	other := otherInstance(t, e, stripe.Options{})
+	for name, acq := range map[string]*stripe.Acquirer{"this instance": e.acq, "another instance": other} {
+		lr, err := acq.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_look", Purpose: chargeonce.LookupToResolve, Age: 2 * time.Hour, AgeKnown: true})
+		if err != nil || lr.Status != chargeonce.LookupFound || lr.Result.Status != chargeonce.StatusAuthorized || !lr.Binding {
+			t.Fatalf("Lookup on %s = %+v, %v; want found, authorized, binding", name, lr, err)
+		}
+	}
+	if _, err := e.acq.CaptureAuthorized(ctx, opCall("cp_look", "ch_look", 1990)); err != nil {
+		t.Fatal(err)
+	}
+	if lr, err := other.Lookup(ctx, chargeonce.LookupRequest{Reference: "ch_look", Purpose: chargeonce.LookupToResolve, Age: 2 * time.Hour, AgeKnown: true}); err != nil || lr.Result.Status != chargeonce.StatusCaptured {
+		t.Fatalf("Lookup after the capture = %+v, %v; want captured", lr, err)
+	}
+}
+
+// TestSettleRace: captures and voids of one authorization race, each under
+// its own reference, from many goroutines. Stripe settles an
+// authorization once: either one capture succeeded and every other
+// operation failed, or it was voided and no capture succeeded; the money
+// received is one capture's, at most what was authorized.
+func TestSettleRace(t *testing.T) {
+	t.Parallel()
+	e := setup(t, stripetest.Options{}, stripe.Options{}, 0)
+	ctx := t.Context()
+	authorize(t, e, "ch_race", stripetest.PMOK)
+	const n = 16
+	var wg sync.WaitGroup
+	results := make([]chargeonce.OperationResult, 2*n)
+	errs := make([]error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			results[i], errs[i] = e.acq.CaptureAuthorized(ctx, opCall(fmt.Sprintf("cp_race_%02d", i), "ch_race", 1000+int64(i)))
+		})
+		wg.Go(func() {
+			results[n+i], errs[n+i] = e.acq.Void(ctx, opCall(fmt.Sprintf("vd_race_%02d", i), "ch_race", 1990))
+		})
+	}
+	wg.Wait()
+	var captured, voided int
+	for i := range results {
+		if errs[i] != nil {
+			t.Fatalf("operation %d: %v; want a definite answer", i, errs[i])
+		}
+		if results[i].Status != chargeonce.OperationSucceeded {
+			continue
+		}
+		if i < n {
+			captured++
+		} else {
+			voided++
+		}
+	}
+	t.Logf("%d captures and %d voids succeeded", captured, voided)
+	switch {
+	case captured == 1 && voided == 0:
+		if got := e.fake.Captured("ch_race"); got < 1000 || got >= 1000+n {
+			t.Fatalf("received %d; want one capture's amount", got)
+		}
+	case captured == 0 && voided > 0:
+		if got := e.fake.Captured("ch_race"); got != 0 {
+			t.Fatalf("a voided authorization received %d", got)
+		}
+	default:
+		t.Fatalf("%d captures and %d voids succeeded; want one capture, or voids only", captured, voided)
 	}
 }

@@ -21,8 +21,23 @@ import (
 // is canceled, are refused with 400 payment_intent_unexpected_state,
 // carrying the PaymentIntent, as Stripe's are. Both replay their
 // Idempotency-Key (and refuse it with other parameters), and follow the
-// PaymentIntent's payment method as refunds do: pm_fail_before,
-// pm_fail_after and pm_drop_after strike the first request of each key.
+// PaymentIntent's payment method as refunds do, or the one FaultOperation
+// gave their key: pm_fail_before, pm_fail_after, pm_drop_after,
+// pm_rate_limited and pm_unavailable strike the first request of each key
+// (and every one within Options.FaultFor of it).
+
+// FaultOperation makes the capture or cancel whose Idempotency-Key is
+// reference fail as the payment method pm does (pm_fail_before, ...),
+// whatever its PaymentIntent's payment method: an authorization can only
+// be made by a request the fault spared.
+func (f *Fake) FaultOperation(reference, pm string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.opFaults == nil {
+		f.opFaults = map[string]string{}
+	}
+	f.opFaults[reference] = pm
+}
 
 // authorizeOrCapture sets what the capture method makes of a PaymentIntent
 // whose confirmation succeeded: held (manual) or received. f.mu is held.
@@ -66,6 +81,9 @@ func (f *Fake) settleAuthorization(w http.ResponseWriter, r *http.Request, rest 
 	if pi != nil {
 		pm = pi.PaymentMethod
 	}
+	if fault, ok := f.opFaults[key]; ok {
+		pm = fault
+	}
 	seenKey := action + ":" + key
 	first, seen := f.seen[seenKey]
 	if !seen {
@@ -98,9 +116,20 @@ func (f *Fake) settleAuthorization(w http.ResponseWriter, r *http.Request, rest 
 			return
 		}
 	}
-	if faulty && pm == PMFailBefore {
+	switch {
+	case faulty && pm == PMFailBefore:
 		f.mu.Unlock()
 		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "injected fault before commit"})
+		return
+	case faulty && pm == PMRateLimited:
+		f.mu.Unlock()
+		f.retryAfter(w)
+		writeError(w, http.StatusTooManyRequests, apiError{Type: "invalid_request_error", Code: "rate_limit", Message: "Too many requests"})
+		return
+	case faulty && pm == PMUnavailable:
+		f.mu.Unlock()
+		f.retryAfter(w)
+		writeError(w, http.StatusServiceUnavailable, apiError{Type: "api_error", Message: "injected outage before commit"})
 		return
 	}
 	var status int

@@ -152,6 +152,7 @@ type Fake struct {
 	keys     map[string]*savedAnswer
 	inflight map[string]bool
 	seen     map[string]time.Time // first create request per reference (faults strike it)
+	opFaults map[string]string    // payment methods whose faults a capture or cancel key takes (capture.go)
 	requests []Request
 }
 
