@@ -377,3 +377,24 @@ func TestSettleRace(t *testing.T) {
 		t.Fatalf("%d captures and %d voids succeeded; want one capture, or voids only", captured, voided)
 	}
 }
+
+// TestRefundOfAManualCapture: a partial capture is what can be refunded,
+// at Stripe as here: a refund past the amount received is refused, one of
+// it succeeds, through the PaymentIntent the authorization made.
+func TestRefundOfAManualCapture(t *testing.T) {
+	t.Parallel()
+	e := setup(t, stripetest.Options{}, stripe.Options{}, 0)
+	ctx := t.Context()
+	authorize(t, e, "ch_rf", stripetest.PMOK)
+	if _, err := e.acq.CaptureAuthorized(ctx, opCall("cp_rf", "ch_rf", 1000)); err != nil {
+		t.Fatal(err)
+	}
+	refund := chargeonce.RefundCall{Reference: "re_rf_over", ChargeReference: "ch_rf", Merchant: "demo", AmountCents: 1001, Currency: "BRL"}
+	if res, err := e.acq.Refund(ctx, refund); !errors.Is(err, chargeonce.ErrCaptureRejected) {
+		t.Fatalf("a refund of 1001 of a capture of 1000 = %+v, %v; want a rejection", res, err)
+	}
+	refund.Reference, refund.AmountCents = "re_rf", 1000
+	if res, err := e.acq.Refund(ctx, refund); err != nil || res.Status != chargeonce.RefundSucceeded {
+		t.Fatalf("a refund of the capture = %+v, %v; want succeeded", res, err)
+	}
+}

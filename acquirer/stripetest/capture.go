@@ -57,6 +57,15 @@ func authorizeOrCapture(pi *PaymentIntent, method string) {
 	pi.AmountReceived = pi.Amount
 }
 
+// received is what a succeeded PaymentIntent took, and so what its refunds
+// can give back: the amount, or what the capture of an authorization took.
+func received(pi *PaymentIntent) int64 {
+	if pi.CaptureMethod == "manual" {
+		return pi.AmountReceived
+	}
+	return pi.Amount
+}
+
 // settleAuthorization answers POST /v1/payment_intents/{id}/capture and
 // /cancel.
 func (f *Fake) settleAuthorization(w http.ResponseWriter, r *http.Request, rest string) {

@@ -116,7 +116,7 @@ func (f *Fake) refundLocked(amountText string, pi *PaymentIntent, id string, now
 	if pi.Status != "succeeded" {
 		return invalid("charge_not_refundable", "payment_intent", "This PaymentIntent does not have a successful charge to refund.")
 	}
-	remaining := pi.Amount - f.refundedLocked(pi.ID)
+	remaining := received(pi) - f.refundedLocked(pi.ID)
 	amount := remaining
 	if amountText != "" {
 		n, err := strconv.ParseInt(amountText, 10, 64)
