@@ -8,6 +8,12 @@
 // (see Acquirer.Lookup): a reference is called safe to send only when a
 // re-send cannot create a second PaymentIntent.
 //
+// Manual capture (chargeonce.ManualCapturer, capture.go): an authorization
+// is the same PaymentIntent created with capture_method manual, and its
+// capture and its void are the PaymentIntent's capture and cancel, each
+// with the operation's own reference as its Idempotency-Key. Their lookup
+// reads the PaymentIntent, retrieved by id, which Stripe keeps consistent.
+//
 // This adapter does not run 3-D Secure customer authentication: a
 // PaymentIntent that requires action is a decline with
 // DeclineAuthenticationRequired.

@@ -230,8 +230,8 @@ func first(form map[string][]string, k string) string {
 }
 
 // Expire cancels the PaymentIntent of an uncaptured authorization as Stripe
-// does after its hold ends (cancellation_reason automatic), for tests of
-// a void that comes too late.
+// does 7 days after its creation (the fake gives cancellation_reason
+// automatic), for tests of a void that comes too late.
 func (f *Fake) Expire(chargeRef string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
