@@ -90,18 +90,25 @@ func startStripeMock(t *testing.T) string {
 	}
 }
 
+// mockAcquirer is an adapter in front of a stripe-mock of its own, without
+// stripe-go's retries.
+func mockAcquirer(t *testing.T) *stripe.Acquirer {
+	t.Helper()
+	retries := int64(0)
+	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: startStripeMock(t), MaxNetworkRetries: &retries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acq
+}
+
 // TestWireShapeAgainstStripeMock: every request the adapter makes (create
 // and confirm, search) is accepted by stripe-mock, which checks it against
 // Stripe's OpenAPI description. stripe-mock is stateless, so the answers
 // are fixtures: the test checks the requests, not the outcomes.
 func TestWireShapeAgainstStripeMock(t *testing.T) {
 	t.Parallel()
-	base := startStripeMock(t)
-	retries := int64(0)
-	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: base, MaxNetworkRetries: &retries})
-	if err != nil {
-		t.Fatal(err)
-	}
+	acq := mockAcquirer(t)
 	ctx := t.Context()
 	for _, cur := range []string{"BRL", "USD", "JPY"} {
 		ref := "ch_wire_" + cur
@@ -125,12 +132,7 @@ func TestWireShapeAgainstStripeMock(t *testing.T) {
 // the PaymentIntent (the fake's tests do that).
 func TestRefundWireShapeAgainstStripeMock(t *testing.T) {
 	t.Parallel()
-	base := startStripeMock(t)
-	retries := int64(0)
-	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: base, MaxNetworkRetries: &retries})
-	if err != nil {
-		t.Fatal(err)
-	}
+	acq := mockAcquirer(t)
 	ctx := t.Context()
 	call := chargeonce.RefundCall{Reference: "re_wire", ChargeReference: "ch_wire", Merchant: "demo", AmountCents: 500, Currency: "USD"}
 	res, err := acq.RefundIntent(ctx, "pi_wire", call)
@@ -165,12 +167,7 @@ func TestRefundWireShapeAgainstStripeMock(t *testing.T) {
 // as a 400 would.
 func TestManualCaptureWireShapeAgainstStripeMock(t *testing.T) {
 	t.Parallel()
-	base := startStripeMock(t)
-	retries := int64(0)
-	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: base, MaxNetworkRetries: &retries})
-	if err != nil {
-		t.Fatal(err)
-	}
+	acq := mockAcquirer(t)
 	ctx := t.Context()
 	refused := func(what string, err error) {
 		t.Helper()

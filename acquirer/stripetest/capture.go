@@ -57,6 +57,79 @@ func authorizeOrCapture(pi *PaymentIntent, method string) {
 	pi.AmountReceived = pi.Amount
 }
 
+// keyAnsweredLocked answers a request whose Idempotency-Key is taken, as
+// Stripe does: the first answer replayed (lost again while a fault after
+// the commit lasts: the outage is between the caller and Stripe), an
+// idempotency_error for other parameters, 409 while the first request
+// runs. A key older than Options.KeyTTL is forgotten first. f.mu is held;
+// when it answers, it releases f.mu and reports true.
+func (f *Fake) keyAnsweredLocked(w http.ResponseWriter, key, params, pm string, faulty bool, now time.Time) bool {
+	if a := f.keys[key]; a != nil && f.opts.KeyTTL > 0 && now.Sub(a.since) > f.opts.KeyTTL {
+		delete(f.keys, key) // Stripe has forgotten the key
+	}
+	if a := f.keys[key]; a != nil {
+		f.mu.Unlock()
+		switch {
+		case a.params != params:
+			writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
+				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
+		case faulty && (pm == PMFailAfter || pm == PMDropAfter):
+			loseAnswer(w, pm)
+		default:
+			w.Header().Set("Idempotent-Replayed", "true")
+			writeRaw(w, a.status, a.body)
+		}
+		return true
+	}
+	if f.inflight[key] {
+		f.mu.Unlock()
+		writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Code: "idempotency_key_in_use",
+			Message: "There is currently another in-progress request using this Stripe-Idempotency-Key."})
+		return true
+	}
+	return false
+}
+
+// intentLocked returns the PaymentIntent with id (nil when there is none)
+// and its payment method, whose faults its refunds, captures and cancels
+// take. f.mu is held.
+func (f *Fake) intentLocked(id string) (*PaymentIntent, string) {
+	for _, pi := range f.intents {
+		if pi.ID == id {
+			return pi, pi.PaymentMethod
+		}
+	}
+	return nil, ""
+}
+
+// faultyLocked reports whether a fault payment method strikes a request
+// of what seenKey names: its first one, and every one within
+// Options.FaultFor of it. f.mu is held.
+func (f *Fake) faultyLocked(seenKey string, now time.Time) bool {
+	first, seen := f.seen[seenKey]
+	if !seen {
+		first = now
+		f.seen[seenKey] = now
+	}
+	return !seen || now.Sub(first) < f.opts.FaultFor
+}
+
+// answerLocked answers a request that ran: its answer kept under its key
+// (unless a 5xx, which Stripe does not keep), then lost while a fault
+// after the commit strikes, else written. f.mu is held; it releases it.
+func (f *Fake) answerLocked(w http.ResponseWriter, key, params, pm string, faulty bool, status int, answer any, now time.Time) {
+	body, _ := json.Marshal(answer)
+	if key != "" && status < 500 {
+		f.keys[key] = &savedAnswer{params: params, status: status, body: body, since: now}
+	}
+	f.mu.Unlock()
+	if faulty && (pm == PMFailAfter || pm == PMDropAfter) {
+		loseAnswer(w, pm)
+		return
+	}
+	writeRaw(w, status, body)
+}
+
 // received is what a succeeded PaymentIntent took, and so what its refunds
 // can give back: the amount, or what the capture of an authorization took.
 func received(pi *PaymentIntent) int64 {
@@ -80,50 +153,13 @@ func (f *Fake) settleAuthorization(w http.ResponseWriter, r *http.Request, rest 
 	now := time.Now()
 
 	f.mu.Lock()
-	var pi *PaymentIntent
-	for _, p := range f.intents {
-		if p.ID == id {
-			pi = p
-		}
-	}
-	pm := ""
-	if pi != nil {
-		pm = pi.PaymentMethod
-	}
+	pi, pm := f.intentLocked(id)
 	if fault, ok := f.opFaults[key]; ok {
 		pm = fault
 	}
-	seenKey := action + ":" + key
-	first, seen := f.seen[seenKey]
-	if !seen {
-		first = now
-		f.seen[seenKey] = now
-	}
-	faulty := !seen || now.Sub(first) < f.opts.FaultFor
-	if key != "" {
-		if a := f.keys[key]; a != nil && f.opts.KeyTTL > 0 && now.Sub(a.since) > f.opts.KeyTTL {
-			delete(f.keys, key)
-		}
-		if a := f.keys[key]; a != nil {
-			f.mu.Unlock()
-			switch {
-			case a.params != params:
-				writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
-					Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
-			case faulty && (pm == PMFailAfter || pm == PMDropAfter):
-				loseAnswer(w, pm)
-			default:
-				w.Header().Set("Idempotent-Replayed", "true")
-				writeRaw(w, a.status, a.body)
-			}
-			return
-		}
-		if f.inflight[key] {
-			f.mu.Unlock()
-			writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Code: "idempotency_key_in_use",
-				Message: "There is currently another in-progress request using this Stripe-Idempotency-Key."})
-			return
-		}
+	faulty := f.faultyLocked(action+":"+key, now)
+	if key != "" && f.keyAnsweredLocked(w, key, params, pm, faulty, now) {
+		return
 	}
 	switch {
 	case faulty && pm == PMFailBefore:
@@ -148,16 +184,7 @@ func (f *Fake) settleAuthorization(w http.ResponseWriter, r *http.Request, rest 
 	} else {
 		status, answer = f.cancelLocked(pi, id, form.Get("cancellation_reason"), now)
 	}
-	body, _ := json.Marshal(answer)
-	if key != "" && status < 500 {
-		f.keys[key] = &savedAnswer{params: params, status: status, body: body, since: now}
-	}
-	f.mu.Unlock()
-	if faulty && (pm == PMFailAfter || pm == PMDropAfter) {
-		loseAnswer(w, pm)
-		return
-	}
-	writeRaw(w, status, body)
+	f.answerLocked(w, key, params, pm, faulty, status, answer, now)
 }
 
 // unexpectedState is Stripe's refusal of a capture or cancel of a

@@ -203,34 +203,9 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	ref := form.Get("metadata[chargeonce_reference]")
 
 	f.mu.Lock()
-	first, seen := f.seen[ref]
-	if !seen {
-		first = now
-		f.seen[ref] = now
-	}
-	faulty := !seen || now.Sub(first) < f.opts.FaultFor
+	faulty := f.faultyLocked(ref, now)
 	if key != "" {
-		if a := f.keys[key]; a != nil && f.opts.KeyTTL > 0 && now.Sub(a.since) > f.opts.KeyTTL {
-			delete(f.keys, key) // Stripe has forgotten the key
-		}
-		if a := f.keys[key]; a != nil {
-			f.mu.Unlock()
-			switch {
-			case a.params != params:
-				writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
-					Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
-			case faulty && (pm == PMFailAfter || pm == PMDropAfter):
-				loseAnswer(w, pm) // the outage lasts: the replay is lost too
-			default:
-				w.Header().Set("Idempotent-Replayed", "true")
-				writeRaw(w, a.status, a.body)
-			}
-			return
-		}
-		if f.inflight[key] {
-			f.mu.Unlock()
-			writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Code: "idempotency_key_in_use",
-				Message: "There is currently another in-progress request using this Stripe-Idempotency-Key."})
+		if f.keyAnsweredLocked(w, key, params, pm, faulty, now) {
 			return
 		}
 		f.inflight[key] = true
