@@ -350,17 +350,23 @@ func rejected(status int) bool {
 // its outcome is still open (processing, or waiting for a confirmation the
 // adapter never sends).
 //
-// A PaymentIntent with capture_method manual (Authorize's) is authorized
-// while it requires capture, captured once it succeeded, and canceled once
-// an authorization of it was voided: canceled with a charge and no payment
-// error. Canceled without a successful authorization, it is a decline, as
-// for any PaymentIntent.
+// A PaymentIntent with capture_method manual (Authorize's) answers what
+// its authorization did, as the simulator does, whatever became of it
+// since: authorized while it requires capture, and also once it succeeded
+// (captured) or was canceled after it had been authorized (a charge and no
+// payment error). What became of it is its capture's or void's to say
+// (OperationLookup), and the engine settles an authorization's charge from
+// authorized or declined only. Canceled without a successful
+// authorization, it is a decline, as for any PaymentIntent.
 func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.CaptureResult, settled bool) {
 	res = chargeonce.CaptureResult{Reference: reference, Status: chargeonce.StatusDeclined}
 	manual := pi.CaptureMethod == stripego.PaymentIntentCaptureMethodManual
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded:
 		res.Status = chargeonce.StatusCaptured
+		if manual {
+			res.Status = chargeonce.StatusAuthorized
+		}
 	case stripego.PaymentIntentStatusRequiresCapture:
 		if !manual {
 			return chargeonce.CaptureResult{}, false
@@ -370,7 +376,7 @@ func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.Captur
 		res.DeclineCode = DeclineAuthenticationRequired
 	case stripego.PaymentIntentStatusCanceled:
 		if manual && pi.LatestCharge != nil && pi.LastPaymentError == nil {
-			res.Status = chargeonce.StatusCanceled
+			res.Status = chargeonce.StatusAuthorized
 			break
 		}
 		res.DeclineCode = DeclineCanceled
@@ -477,20 +483,21 @@ func lookupOf(reference string, pi *stripego.PaymentIntent) chargeonce.LookupRes
 		// unsure: lr.Open(). An authorization is found, authorized.
 		lr.Binding = true
 	}
-	if settled && res.Status == chargeonce.StatusCanceled {
-		lr.Binding = true // an authorization voided: never captured, never declined
+	if settled && res.Status == chargeonce.StatusAuthorized {
+		lr.Binding = true // an authorization: never declined, never captured by its charge
 	}
 	return lr
 }
 
-// pick settles a reference from its PaymentIntents: a succeeded one wins
-// (money moved), then one whose outcome is open (unsure), then a decline.
+// pick settles a reference from its PaymentIntents: a succeeded one or an
+// authorization wins (money moved, or is held), then one whose outcome is
+// open (unsure), then a decline.
 func pick(reference string, pis []*stripego.PaymentIntent) chargeonce.LookupResult {
 	var open, declined []chargeonce.LookupResult
 	for _, pi := range pis {
 		lr := lookupOf(reference, pi)
 		switch {
-		case lr.Status == chargeonce.LookupFound && lr.Result.Status == chargeonce.StatusCaptured:
+		case lr.Status == chargeonce.LookupFound && lr.Result.Status != chargeonce.StatusDeclined:
 			return lr
 		case lr.Status != chargeonce.LookupFound:
 			open = append(open, lr)

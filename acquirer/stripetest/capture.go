@@ -271,6 +271,14 @@ func (f *Fake) Expire(chargeRef string) bool {
 	return false
 }
 
+// ForgetKeys forgets every Idempotency-Key now, as Stripe does a day after
+// their first use: a test decides when, instead of racing Options.KeyTTL.
+func (f *Fake) ForgetKeys() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.keys)
+}
+
 // Captured returns how much the PaymentIntents of a chargeonce reference
 // received, in Stripe's units: for an authorization, what its capture took.
 func (f *Fake) Captured(chargeRef string) int64 {
