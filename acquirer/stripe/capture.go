@@ -279,7 +279,9 @@ func answered(k opKind, reference string, pi *stripego.PaymentIntent) (chargeonc
 //   - canceled: a void succeeded (the authorization is released, whoever
 //     canceled it, and Stripe's cancellation_reason says who); a capture
 //     failed;
-//   - processing, or any other state: unsure.
+//   - requires_payment_method, requires_confirmation, requires_action:
+//     never authorized, so either failed;
+//   - processing, or a state this adapter does not know: unsure.
 //
 // The PaymentIntent is the one req.AcquirerID names (the engine records
 // the id an unknown outcome named), the one this adapter remembers for the
