@@ -323,8 +323,10 @@ type LookupRequest struct {
 	// again is safe (recovery), or what happened (an operator's resolution).
 	Purpose LookupPurpose
 	// ChargeReference is, for a refund's reference, the refunded charge's
-	// reference: adapters that find a refund through its charge (Stripe
-	// lists a PaymentIntent's refunds) need it. Empty for a charge's.
+	// reference, and for a capture's or a void's, the authorized charge's:
+	// adapters that find the operation through its charge (Stripe lists a
+	// PaymentIntent's refunds, and a void leaves nothing but the canceled
+	// PaymentIntent) need it. Empty for a charge's.
 	ChargeReference string
 }
 
@@ -405,7 +407,7 @@ func (r LookupResult) Open() bool { return r.Binding && r.Status == LookupUnsure
 // knows: its age by the database's clock and the acquirer's id, if any.
 func (r *KeyRecord) LookupRequest(purpose LookupPurpose) LookupRequest {
 	lr := LookupRequest{Reference: r.Reference(), Age: r.Age, AgeKnown: true, AcquirerID: r.AcquirerID, Purpose: purpose}
-	if r.Refund != nil {
+	if r.Refund != nil || r.Operation != nil {
 		lr.ChargeReference = r.Charge.Reference()
 	}
 	return lr

@@ -111,3 +111,8 @@ func TestHTTPClientManualCapture(t *testing.T) {
 	t.Parallel()
 	acquirertest.RunManualCapture(t, func(t *testing.T) acquirertest.Harness { return simHarness(t, true) })
 }
+
+func TestStripeManualCapture(t *testing.T) {
+	t.Parallel()
+	acquirertest.RunManualCapture(t, func(t *testing.T) acquirertest.Harness { return stripeHarness(t, nil) })
+}

@@ -17,3 +17,14 @@ func (a *Acquirer) RefundIntent(ctx context.Context, pi string, req chargeonce.R
 func (a *Acquirer) RefundOn(ctx context.Context, pi, reference string) (chargeonce.LookupResult, error) {
 	return a.refundOn(ctx, pi, reference)
 }
+
+// CaptureIntent captures req on the PaymentIntent pi, and VoidIntent
+// cancels it, without finding the PaymentIntent first (the wire test).
+func (a *Acquirer) CaptureIntent(ctx context.Context, pi string, req chargeonce.OperationCall) (chargeonce.OperationResult, error) {
+	return a.capture(ctx, pi, req.AmountCents, req)
+}
+
+// VoidIntent: see CaptureIntent.
+func (a *Acquirer) VoidIntent(ctx context.Context, pi string, req chargeonce.OperationCall) (chargeonce.OperationResult, error) {
+	return a.void(ctx, pi, req)
+}

@@ -176,9 +176,11 @@ func refundResult(reference string, rf *stripego.Refund) (res chargeonce.RefundR
 	return res, true
 }
 
-// intentOf returns the id of the PaymentIntent that captured the charge
-// reference: remembered from this adapter's capture, or found by Search.
-// An empty id says why none was found (Search may lag behind it).
+// intentOf returns the id of the PaymentIntent of the charge reference:
+// remembered from this adapter's capture or authorization, or found by
+// Search (a succeeded one first, else one that did not succeed, such as an
+// authorization awaiting capture). An empty id says why none was found
+// (Search may lag behind it).
 func (a *Acquirer) intentOf(ctx context.Context, chargeRef string) (id, reason string, err error) {
 	if id := a.known.get(chargeRef); id != "" {
 		return id, "", nil

@@ -8,6 +8,12 @@
 // (see Acquirer.Lookup): a reference is called safe to send only when a
 // re-send cannot create a second PaymentIntent.
 //
+// Manual capture (chargeonce.ManualCapturer, capture.go): an authorization
+// is the same PaymentIntent created with capture_method manual, and its
+// capture and its void are the PaymentIntent's capture and cancel, each
+// with the operation's own reference as its Idempotency-Key. Their lookup
+// reads the PaymentIntent, retrieved by id, which Stripe keeps consistent.
+//
 // This adapter does not run 3-D Secure customer authentication: a
 // PaymentIntent that requires action is a decline with
 // DeclineAuthenticationRequired.
@@ -106,8 +112,12 @@ func (o Options) Validate() error {
 type Acquirer struct {
 	sc   *stripego.Client
 	opts Options
-	// known remembers the PaymentIntents of recent captures, for refunds.
+	// known remembers the PaymentIntents of recent captures and
+	// authorizations, by charge reference, for refunds, captures and voids.
 	known intents
+	// ops remembers the PaymentIntent each capture or void was sent to, by
+	// the operation's reference, for its lookups.
+	ops intents
 }
 
 var _ chargeonce.Acquirer = (*Acquirer)(nil)
@@ -176,6 +186,13 @@ func Amount(minor int64, currency string) (int64, error) {
 // Capture creates and confirms a PaymentIntent for req, with req.Reference
 // as its Idempotency-Key. See the package documentation for the outcomes.
 func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
+	return a.create(ctx, req, false)
+}
+
+// create creates and confirms the PaymentIntent of req: captured at once,
+// or with manual only authorized (capture_method manual: it then waits in
+// requires_capture for CaptureAuthorized or Void).
+func (a *Acquirer) create(ctx context.Context, req chargeonce.CaptureRequest, manual bool) (chargeonce.CaptureResult, error) {
 	amount, err := Amount(req.AmountCents, req.Currency)
 	if err != nil {
 		// Refused before Stripe is called: nothing was sent, nothing moved.
@@ -193,6 +210,9 @@ func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (
 			AllowRedirects: stripego.String(string(stripego.PaymentIntentAutomaticPaymentMethodsAllowRedirectsNever)),
 		},
 	}
+	if manual {
+		params.CaptureMethod = stripego.String(string(stripego.PaymentIntentCaptureMethodManual))
+	}
 	params.SetIdempotencyKey(req.Reference)
 	params.AddMetadata(MetaReference, req.Reference)
 	params.AddMetadata(MetaOrderID, strconv.FormatInt(req.OrderID, 10))
@@ -208,7 +228,7 @@ func (a *Acquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (
 	if !settled {
 		return chargeonce.CaptureResult{}, &OpenError{Reference: req.Reference, ID: pi.ID, Status: pi.Status}
 	}
-	if res.Status == chargeonce.StatusCaptured {
+	if res.Status == chargeonce.StatusCaptured || res.Status == chargeonce.StatusAuthorized {
 		a.known.put(req.Reference, pi.ID)
 	}
 	return res, nil
@@ -329,14 +349,36 @@ func rejected(status int) bool {
 // result maps a PaymentIntent to a settled result; settled is false while
 // its outcome is still open (processing, or waiting for a confirmation the
 // adapter never sends).
+//
+// A PaymentIntent with capture_method manual (Authorize's) answers what
+// its authorization did, as the simulator does, whatever became of it
+// since: authorized while it requires capture, and also once it succeeded
+// (captured) or was canceled after it had been authorized (a charge and no
+// payment error). What became of it is its capture's or void's to say
+// (OperationLookup), and the engine settles an authorization's charge from
+// authorized or declined only. Canceled without a successful
+// authorization, it is a decline, as for any PaymentIntent.
 func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.CaptureResult, settled bool) {
 	res = chargeonce.CaptureResult{Reference: reference, Status: chargeonce.StatusDeclined}
+	manual := pi.CaptureMethod == stripego.PaymentIntentCaptureMethodManual
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded:
 		res.Status = chargeonce.StatusCaptured
+		if manual {
+			res.Status = chargeonce.StatusAuthorized
+		}
+	case stripego.PaymentIntentStatusRequiresCapture:
+		if !manual {
+			return chargeonce.CaptureResult{}, false
+		}
+		res.Status = chargeonce.StatusAuthorized
 	case stripego.PaymentIntentStatusRequiresAction:
 		res.DeclineCode = DeclineAuthenticationRequired
 	case stripego.PaymentIntentStatusCanceled:
+		if manual && pi.LatestCharge != nil && pi.LastPaymentError == nil {
+			res.Status = chargeonce.StatusAuthorized
+			break
+		}
 		res.DeclineCode = DeclineCanceled
 	case stripego.PaymentIntentStatusRequiresPaymentMethod:
 		// Confirmed and failed: its last error says why.
@@ -352,10 +394,11 @@ func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.Captur
 
 // Lookup implements chargeonce.Acquirer honestly.
 //
-// A reference whose PaymentIntent id is known (req.AcquirerID) is answered
-// by retrieving that PaymentIntent: settled, or unsure while it is open
-// (processing, awaiting capture), so recovery keeps retrieving it until it
-// leaves that state.
+// A reference whose PaymentIntent id is known (req.AcquirerID, or this
+// adapter's own capture or authorization) is answered by retrieving that
+// PaymentIntent: settled (an authorization is found authorized, captured
+// or canceled), or unsure while it is open (processing), so recovery keeps
+// retrieving it until it leaves that state.
 //
 // Otherwise, to decide a re-send (chargeonce.LookupToResend) while the
 // reference is younger than KeyWindow, Stripe still holds its
@@ -371,6 +414,11 @@ func result(reference string, pi *stripego.PaymentIntent) (res chargeonce.Captur
 // consistent, so a miss is LookupSafeToSend (nothing there) only for
 // references older than SearchLag, else LookupUnsure.
 func (a *Acquirer) Lookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	if req.AcquirerID == "" {
+		// A PaymentIntent this adapter captured or authorized is retrieved:
+		// unlike the window and the search, that read is consistent.
+		req.AcquirerID = a.known.get(req.Reference)
+	}
 	if req.AcquirerID != "" {
 		return a.retrieve(ctx, req)
 	}
@@ -431,19 +479,25 @@ func lookupOf(reference string, pi *stripego.PaymentIntent) chargeonce.LookupRes
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded, stripego.PaymentIntentStatusRequiresAction,
 		stripego.PaymentIntentStatusProcessing, stripego.PaymentIntentStatusRequiresCapture:
-		lr.Binding = true // the open two are unsure: lr.Open()
+		// Processing (and an automatic PaymentIntent awaiting capture) is
+		// unsure: lr.Open(). An authorization is found, authorized.
+		lr.Binding = true
+	}
+	if settled && res.Status == chargeonce.StatusAuthorized {
+		lr.Binding = true // an authorization: never declined, never captured by its charge
 	}
 	return lr
 }
 
-// pick settles a reference from its PaymentIntents: a succeeded one wins
-// (money moved), then one whose outcome is open (unsure), then a decline.
+// pick settles a reference from its PaymentIntents: a succeeded one or an
+// authorization wins (money moved, or is held), then one whose outcome is
+// open (unsure), then a decline.
 func pick(reference string, pis []*stripego.PaymentIntent) chargeonce.LookupResult {
 	var open, declined []chargeonce.LookupResult
 	for _, pi := range pis {
 		lr := lookupOf(reference, pi)
 		switch {
-		case lr.Status == chargeonce.LookupFound && lr.Result.Status == chargeonce.StatusCaptured:
+		case lr.Status == chargeonce.LookupFound && lr.Result.Status != chargeonce.StatusDeclined:
 			return lr
 		case lr.Status != chargeonce.LookupFound:
 			open = append(open, lr)

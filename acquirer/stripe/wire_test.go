@@ -3,12 +3,15 @@ package stripe_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	stripego "github.com/stripe/stripe-go/v82"
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/acquirer/stripe"
@@ -87,18 +90,25 @@ func startStripeMock(t *testing.T) string {
 	}
 }
 
+// mockAcquirer is an adapter in front of a stripe-mock of its own, without
+// stripe-go's retries.
+func mockAcquirer(t *testing.T) *stripe.Acquirer {
+	t.Helper()
+	retries := int64(0)
+	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: startStripeMock(t), MaxNetworkRetries: &retries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acq
+}
+
 // TestWireShapeAgainstStripeMock: every request the adapter makes (create
 // and confirm, search) is accepted by stripe-mock, which checks it against
 // Stripe's OpenAPI description. stripe-mock is stateless, so the answers
 // are fixtures: the test checks the requests, not the outcomes.
 func TestWireShapeAgainstStripeMock(t *testing.T) {
 	t.Parallel()
-	base := startStripeMock(t)
-	retries := int64(0)
-	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: base, MaxNetworkRetries: &retries})
-	if err != nil {
-		t.Fatal(err)
-	}
+	acq := mockAcquirer(t)
 	ctx := t.Context()
 	for _, cur := range []string{"BRL", "USD", "JPY"} {
 		ref := "ch_wire_" + cur
@@ -122,12 +132,7 @@ func TestWireShapeAgainstStripeMock(t *testing.T) {
 // the PaymentIntent (the fake's tests do that).
 func TestRefundWireShapeAgainstStripeMock(t *testing.T) {
 	t.Parallel()
-	base := startStripeMock(t)
-	retries := int64(0)
-	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: base, MaxNetworkRetries: &retries})
-	if err != nil {
-		t.Fatal(err)
-	}
+	acq := mockAcquirer(t)
 	ctx := t.Context()
 	call := chargeonce.RefundCall{Reference: "re_wire", ChargeReference: "ch_wire", Merchant: "demo", AmountCents: 500, Currency: "USD"}
 	res, err := acq.RefundIntent(ctx, "pi_wire", call)
@@ -150,4 +155,50 @@ func TestRefundWireShapeAgainstStripeMock(t *testing.T) {
 	if _, err := acq.RefundLookup(ctx, chargeonce.LookupRequest{Reference: "re_wire", ChargeReference: "ch_wire", Purpose: chargeonce.LookupToResolve}); err != nil {
 		t.Fatalf("search for the refund's PaymentIntent: stripe-mock refused it: %v", err)
 	}
+}
+
+// TestManualCaptureWireShapeAgainstStripeMock: the manual capture requests
+// (create and confirm with capture_method manual; capture with
+// amount_to_capture, metadata and the Idempotency-Key; cancel with a
+// cancellation_reason; the retrieve and the search of the lookup) are
+// accepted by stripe-mock, which checks them against Stripe's OpenAPI
+// description. Its answers are fixtures, whatever was asked (the fake's
+// tests check the outcomes): a request stripe-mock refuses fails the test
+// as a 400 would.
+func TestManualCaptureWireShapeAgainstStripeMock(t *testing.T) {
+	t.Parallel()
+	acq := mockAcquirer(t)
+	ctx := t.Context()
+	refused := func(what string, err error) {
+		t.Helper()
+		if se, ok := errors.AsType[*stripego.Error](err); ok && se.HTTPStatusCode >= 400 && se.HTTPStatusCode < 500 {
+			t.Fatalf("%s: stripe-mock refused the request: %v", what, err)
+		}
+	}
+	res, err := acq.Authorize(ctx, chargeonce.CaptureRequest{Reference: "ch_wire_auth", OrderID: 7, Merchant: "demo", AmountCents: 1990, Currency: "USD", PaymentToken: "pm_card_visa"})
+	refused("create+confirm with capture_method manual", err)
+	t.Logf("authorize: %+v, %v", res, err)
+
+	call := chargeonce.OperationCall{Reference: "cp_wire", ChargeReference: "ch_wire_auth", Merchant: "demo", AmountCents: 1500, Currency: "USD"}
+	op, err := acq.CaptureIntent(ctx, "pi_wire", call)
+	refused("capture", err)
+	t.Logf("capture: %+v, %v", op, err)
+	call.Reference = "vd_wire"
+	op, err = acq.VoidIntent(ctx, "pi_wire", call)
+	refused("cancel", err)
+	t.Logf("cancel: %+v, %v", op, err)
+
+	// The fixture carries none of our metadata: with the charge reference
+	// the lookup refuses it as another authorization's, never taking it.
+	if lr, err := acq.OperationLookup(ctx, chargeonce.LookupRequest{Reference: "cp_wire", ChargeReference: "ch_wire_auth", AcquirerID: "pi_wire"}); err == nil {
+		t.Fatalf("retrieve: a PaymentIntent of another reference was taken: %+v", lr)
+	} else {
+		refused("retrieve", err)
+	}
+	lr, err := acq.OperationLookup(ctx, chargeonce.LookupRequest{Reference: "cp_wire_search", Purpose: chargeonce.LookupToResolve})
+	refused("search by the capture's metadata", err)
+	if err != nil || lr.Status == chargeonce.LookupFound {
+		t.Fatalf("search: %+v, %v; want no capture found under a reference never sent", lr, err)
+	}
+	t.Logf("search: %+v", lr)
 }

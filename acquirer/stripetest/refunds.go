@@ -34,47 +34,10 @@ func (f *Fake) createRefund(w http.ResponseWriter, r *http.Request) {
 	ref := form.Get("metadata[chargeonce_refund_reference]")
 
 	f.mu.Lock()
-	var pi *PaymentIntent
-	for _, p := range f.intents {
-		if p.ID == form.Get("payment_intent") {
-			pi = p
-		}
-	}
-	pm := ""
-	if pi != nil {
-		pm = pi.PaymentMethod
-	}
-	seenKey := "refund:" + ref
-	first, seen := f.seen[seenKey]
-	if !seen {
-		first = now
-		f.seen[seenKey] = now
-	}
-	faulty := !seen || now.Sub(first) < f.opts.FaultFor
-	if key != "" {
-		if a := f.keys[key]; a != nil && f.opts.KeyTTL > 0 && now.Sub(a.since) > f.opts.KeyTTL {
-			delete(f.keys, key)
-		}
-		if a := f.keys[key]; a != nil {
-			f.mu.Unlock()
-			switch {
-			case a.params != params:
-				writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
-					Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
-			case faulty && (pm == PMFailAfter || pm == PMDropAfter):
-				loseAnswer(w, pm)
-			default:
-				w.Header().Set("Idempotent-Replayed", "true")
-				writeRaw(w, a.status, a.body)
-			}
-			return
-		}
-		if f.inflight[key] {
-			f.mu.Unlock()
-			writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Code: "idempotency_key_in_use",
-				Message: "There is currently another in-progress request using this Stripe-Idempotency-Key."})
-			return
-		}
+	pi, pm := f.intentLocked(form.Get("payment_intent"))
+	faulty := f.faultyLocked("refund:"+ref, now)
+	if key != "" && f.keyAnsweredLocked(w, key, params, pm, faulty, now) {
+		return
 	}
 	if faulty && pm == PMFailBefore {
 		f.mu.Unlock()
@@ -91,16 +54,7 @@ func (f *Fake) createRefund(w http.ResponseWriter, r *http.Request) {
 		cp := *rf
 		answer = &cp
 	}
-	body, _ := json.Marshal(answer)
-	if key != "" && status < 500 {
-		f.keys[key] = &savedAnswer{params: params, status: status, body: body, since: now}
-	}
-	f.mu.Unlock()
-	if faulty && (pm == PMFailAfter || pm == PMDropAfter) {
-		loseAnswer(w, pm)
-		return
-	}
-	writeRaw(w, status, body)
+	f.answerLocked(w, key, params, pm, faulty, status, answer, now)
 }
 
 // refundLocked creates a Refund of pi (id as asked), or says why not.
@@ -116,7 +70,7 @@ func (f *Fake) refundLocked(amountText string, pi *PaymentIntent, id string, now
 	if pi.Status != "succeeded" {
 		return invalid("charge_not_refundable", "payment_intent", "This PaymentIntent does not have a successful charge to refund.")
 	}
-	remaining := pi.Amount - f.refundedLocked(pi.ID)
+	remaining := received(pi) - f.refundedLocked(pi.ID)
 	amount := remaining
 	if amountText != "" {
 		n, err := strconv.ParseInt(amountText, 10, 64)

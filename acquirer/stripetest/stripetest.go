@@ -106,7 +106,13 @@ type PaymentIntent struct {
 	Metadata      map[string]string `json:"metadata"`
 	Created       int64             `json:"created"`
 	LastError     *apiError         `json:"last_payment_error"`
-	createdAt     time.Time
+	// The fields of manual capture (capture.go).
+	CaptureMethod      string `json:"capture_method"`
+	AmountCapturable   int64  `json:"amount_capturable"`
+	AmountReceived     int64  `json:"amount_received"`
+	LatestCharge       string `json:"latest_charge,omitempty"`
+	CancellationReason string `json:"cancellation_reason,omitempty"`
+	createdAt          time.Time
 }
 
 type apiError struct {
@@ -146,6 +152,7 @@ type Fake struct {
 	keys     map[string]*savedAnswer
 	inflight map[string]bool
 	seen     map[string]time.Time // first create request per reference (faults strike it)
+	opFaults map[string]string    // payment methods whose faults a capture or cancel key takes (capture.go)
 	requests []Request
 }
 
@@ -170,6 +177,8 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
 		f.create(w, r)
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
+		f.settleAuthorization(w, r, strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"))
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		f.search(w, r)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
@@ -194,34 +203,9 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	ref := form.Get("metadata[chargeonce_reference]")
 
 	f.mu.Lock()
-	first, seen := f.seen[ref]
-	if !seen {
-		first = now
-		f.seen[ref] = now
-	}
-	faulty := !seen || now.Sub(first) < f.opts.FaultFor
+	faulty := f.faultyLocked(ref, now)
 	if key != "" {
-		if a := f.keys[key]; a != nil && f.opts.KeyTTL > 0 && now.Sub(a.since) > f.opts.KeyTTL {
-			delete(f.keys, key) // Stripe has forgotten the key
-		}
-		if a := f.keys[key]; a != nil {
-			f.mu.Unlock()
-			switch {
-			case a.params != params:
-				writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
-					Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
-			case faulty && (pm == PMFailAfter || pm == PMDropAfter):
-				loseAnswer(w, pm) // the outage lasts: the replay is lost too
-			default:
-				w.Header().Set("Idempotent-Replayed", "true")
-				writeRaw(w, a.status, a.body)
-			}
-			return
-		}
-		if f.inflight[key] {
-			f.mu.Unlock()
-			writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Code: "idempotency_key_in_use",
-				Message: "There is currently another in-progress request using this Stripe-Idempotency-Key."})
+		if f.keyAnsweredLocked(w, key, params, pm, faulty, now) {
 			return
 		}
 		f.inflight[key] = true
@@ -307,6 +291,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		pi.Status = "succeeded"
 		answer = pi
 	}
+	authorizeOrCapture(pi, form.Get("capture_method"))
 	body, _ := json.Marshal(answer)
 	if key != "" {
 		f.keys[key] = &savedAnswer{params: params, status: status, body: body, since: now}
