@@ -145,17 +145,21 @@ SELECT merchant_id, key FROM k`
 // inserted, with its record, and counted against its charge, only if its
 // charge is captured and has the refund's amount left, as the snapshot
 // sees it; a refund racing another past the captured amount makes the
-// CHECK abort the statement. It returns the inserted ones only, each as
+// CHECK abort the statement. The charges are read by id alone, as in
+// refundInsertSQL. It returns the inserted ones only, each as
 // refundInsertSQL returns it.
 const refundInsertBatchSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
 		$7::text[], $8::bigint[], $9::text[], $10::text[])
 		WITH ORDINALITY AS t(merchant_id, key, fingerprint, token, lease_us, id, charge_id, amount_cents, reason, metadata, n)
+), ch AS MATERIALIZED (
+	SELECT i.id AS refund_id, i.merchant_id AS asker, i.amount_cents AS asked, c.id, c.merchant_id, c.status, c.currency,
+		COALESCE(c.captured_cents, c.amount_cents) - c.refunded_cents AS remaining
+	FROM input i JOIN charges c ON c.id = i.charge_id
 ), cap AS (
-	SELECT i.id AS refund_id, c.id, c.currency
-	FROM input i JOIN charges c ON c.merchant_id = i.merchant_id AND c.id = i.charge_id
-	WHERE c.status = 'captured' AND COALESCE(c.captured_cents, c.amount_cents) - c.refunded_cents >= i.amount_cents
+	SELECT refund_id, id, currency FROM ch
+	WHERE merchant_id = asker AND status = 'captured' AND remaining >= asked
 ), k AS (
 	INSERT INTO idempotency_keys
 		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)

@@ -74,11 +74,17 @@ func (r *operationRow) operation() *chargeonce.Operation {
 // amount (au is empty), and none when the key is taken: the second branch
 // then reads the record that holds it, of whatever kind.
 //
+// The charge is read by its id alone, as in refundInsertSQL (a partial
+// index on authorized charges, or the merchant's status index, would
+// otherwise be walked).
+//
 // $8 = 0 captures (or, for a cancel, releases) the whole authorized amount.
 const operationInsertSQL = `
-WITH au AS (
-	SELECT id, currency, amount_cents FROM charges
-	WHERE merchant_id = $1 AND id = $7 AND status = 'authorized' AND $8::bigint <= amount_cents
+WITH ch AS MATERIALIZED (
+	SELECT id, merchant_id, status, currency, amount_cents FROM charges WHERE id = $7
+), au AS (
+	SELECT id, currency, amount_cents FROM ch
+	WHERE merchant_id = $1 AND status = 'authorized' AND $8::bigint <= amount_cents
 ), k AS (
 	INSERT INTO idempotency_keys
 		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
@@ -196,18 +202,22 @@ FROM charges c WHERE c.merchant_id = $1 AND c.id = $2`,
 // and a succeeded one settles its charge captured (with the captured
 // amount) or canceled, all in one statement, whose charge update is what
 // records the charge.captured or charge.canceled event (the trigger of
-// migration 0017).
+// migration 0017). The status it settles, authorized, comes from o rather
+// than a constant, so that the charge is found by its id: a constant would
+// let PostgreSQL walk the partial index of every authorized charge instead
+// (TestRefundsAndCapturesReadTheirChargeByID).
 const operationCompleteSQL = keyCompleteCTE + `, o AS (
 	UPDATE charge_operations
 	SET status = $6, failure_reason = NULLIF($7, ''), updated_at = now()
 	FROM k WHERE charge_operations.id = k.charge_id AND charge_operations.status = 'pending'
-	RETURNING charge_operations.charge_id, charge_operations.kind, charge_operations.amount_cents
+	RETURNING charge_operations.charge_id, charge_operations.kind, charge_operations.amount_cents,
+		'authorized'::text AS settles
 ), c AS (
 	UPDATE charges
 	SET status = CASE o.kind WHEN 'capture' THEN 'captured' ELSE 'canceled' END,
 		captured_cents = CASE o.kind WHEN 'capture' THEN o.amount_cents END,
 		updated_at = now()
-	FROM o WHERE charges.id = o.charge_id AND $6 = 'succeeded' AND charges.status = 'authorized'
+	FROM o WHERE charges.id = o.charge_id AND $6 = 'succeeded' AND charges.status = o.settles
 )
 SELECT count(*) FROM k`
 

@@ -158,3 +158,127 @@ func TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow(t *testing.T) {
 			grown, after.seq-before.seq, perCharge)
 	}
 }
+
+// TestRefundsAndCapturesReadTheirChargeByID pins the plans of a refund's
+// and a capture's insert: each reads the one charge it names, whatever
+// else its merchant has. With the merchant, the status and the id in one
+// WHERE, PostgreSQL may pick charges_merchant_status_created_idx (merchant,
+// status, created_at, id) over the primary key when it has no statistics
+// (sequential scans are off on the store's own connections: docs/pooler.md)
+// and then walk every captured, or authorized, charge of the merchant for
+// each refund or capture: a cost that grows with the merchant's history.
+func TestRefundsAndCapturesReadTheirChargeByID(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	connURL := pgtest.URL(t)
+	setup := open(t, connURL)
+	if err := setup.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := setup.Pool().QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Pool().Exec(ctx, "ALTER TABLE charges SET (autovacuum_enabled = false)"); err != nil {
+		t.Fatal(err)
+	}
+	// The merchant's history: captured (even) and authorized (odd) charges.
+	history := func(from, to int) {
+		t.Helper()
+		if _, err := setup.Pool().Exec(ctx, `
+			INSERT INTO charges (id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, status, capture_method)
+			SELECT 'ch_old_' || i, 'm', 'old-' || i, i, 1000, 'BRL', 'tok',
+				CASE WHEN i % 2 = 0 THEN 'captured' ELSE 'authorized' END,
+				CASE WHEN i % 2 = 1 THEN 'manual' END
+			FROM generate_series($1::int, $2::int) i`, from, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two connections, so that every statement runs many times on each and
+	// is planned, then cached as a generic plan, on the small tables.
+	s, err := postgres.Open(ctx, connURL, postgres.WithMaxConns(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const small, grown, n = 400, 40_000, 40
+	round := func(prefix string) {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				key := fmt.Sprintf("%s-refund-%d", prefix, i)
+				_, inserted, err := s.RefundInsert(ctx, chargeonce.RefundInsertParams{
+					Fingerprint: "fp", Token: "tok_" + key, Lease: time.Minute,
+					Refund: chargeonce.Refund{ID: "re_" + key, MerchantID: "m", IdempotencyKey: key,
+						ChargeID: fmt.Sprintf("ch_old_%d", 2*(i+1)), AmountCents: 10},
+				})
+				if err != nil || !inserted {
+					t.Errorf("RefundInsert %s: inserted=%v err=%v", key, inserted, err)
+				}
+			})
+			wg.Go(func() {
+				key := fmt.Sprintf("%s-capture-%d", prefix, i)
+				_, inserted, err := s.OperationInsert(ctx, chargeonce.OperationInsertParams{
+					Fingerprint: "fp", Token: "tok_" + key, Lease: time.Minute,
+					Operation: chargeonce.Operation{ID: "cp_" + key, Kind: chargeonce.KindCapture, MerchantID: "m",
+						IdempotencyKey: key, ChargeID: fmt.Sprintf("ch_old_%s_%d", prefix, 2*i+1), AmountCents: 10},
+				})
+				if err != nil || !inserted {
+					t.Errorf("OperationInsert %s: inserted=%v err=%v", key, inserted, err)
+					return
+				}
+				if err := s.KeyComplete(ctx, chargeonce.KeyCompleteParams{
+					Kind: chargeonce.KindCapture, MerchantID: "m", Key: key, Token: "tok_" + key,
+					OperationStatus: chargeonce.OperationSucceeded, ResponseStatus: 200, ResponseBody: []byte("{}"), TTL: time.Hour,
+				}); err != nil {
+					t.Errorf("completing capture %s: %v", key, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Each round captures authorizations of its own (one capture each).
+	authorizations := func(prefix string) {
+		t.Helper()
+		if _, err := setup.Pool().Exec(ctx, `
+			INSERT INTO charges (id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, status, capture_method)
+			SELECT 'ch_old_' || $1 || '_' || i, 'm', 'auth-' || $1 || '-' || i, i, 1000, 'BRL', 'tok', 'authorized', 'manual'
+			FROM generate_series(1, $2::int) i WHERE i % 2 = 1`, prefix, 2*n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	history(1, small)
+	authorizations("small")
+	round("small") // plans are made here, on small tables
+	history(small+1, grown)
+	authorizations("grown")
+
+	admin, err := pgx.Connect(ctx, connURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	flushStats(t, s)
+	before := chargeReads(t, admin, schema)
+	round("grown")
+	flushStats(t, s)
+	after := chargeReads(t, admin, schema)
+	perInsert := float64(after.read-before.read) / (2 * n)
+	t.Logf("with %d charges of the merchant: %.1f charges read a refund, or a capture and its completion, %d sequential scans", grown, perInsert, after.seq-before.seq)
+	if after.seq != before.seq || perInsert > 20 {
+		t.Fatalf("a refund, or a capture and its completion, read %.0f charges (%d sequential scans) with %d charges of its merchant stored; want its charge by id, a few rows",
+			perInsert, after.seq-before.seq, grown)
+	}
+}
+
+// chargeReads is what pg_stat_user_tables says of the charges table.
+func chargeReads(t *testing.T, conn *pgx.Conn, schema string) scans {
+	t.Helper()
+	var s scans
+	if err := conn.QueryRow(t.Context(), `
+		SELECT coalesce(seq_scan, 0), coalesce(idx_scan, 0), coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+		FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'charges'`, schema).Scan(&s.seq, &s.idx, &s.read); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -87,14 +87,22 @@ func scanAnyRecord(row pgx.Row, extra ...any) (chargeonce.KeyRecord, bool, error
 // second branch then reads the record that holds it (of either kind), as
 // keyInsertSQL does.
 //
+// The charge is read by its id alone, in a MATERIALIZED CTE that keeps the
+// merchant's and the status's conditions out of the scan: with all three
+// in one WHERE PostgreSQL may pick charges_merchant_status_created_idx
+// over the primary key and walk every captured charge of the merchant
+// (TestRefundsAndCapturesReadTheirChargeByID).
+//
 // $8 = 0 refunds what remained when the statement's snapshot was taken; a
 // refund committed since makes the sum exceed, and the attempt is told
 // what remains now.
 const refundInsertSQL = `
-WITH cap AS (
-	SELECT id, currency, COALESCE(captured_cents, amount_cents) - refunded_cents AS remaining
-	FROM charges WHERE merchant_id = $1 AND id = $7 AND status = 'captured'
-		AND COALESCE(captured_cents, amount_cents) - refunded_cents >= GREATEST($8::bigint, 1)
+WITH ch AS MATERIALIZED (
+	SELECT id, merchant_id, status, currency, COALESCE(captured_cents, amount_cents) - refunded_cents AS remaining
+	FROM charges WHERE id = $7
+), cap AS (
+	SELECT id, currency, remaining FROM ch
+	WHERE merchant_id = $1 AND status = 'captured' AND remaining >= GREATEST($8::bigint, 1)
 ), k AS (
 	INSERT INTO idempotency_keys
 		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
