@@ -26,6 +26,8 @@ func (s *Server) routes() {
 	m.Handle("GET /admin/v1/charges/{id}", s.api(s.apiCharge))
 	m.Handle("POST /admin/v1/charges/{id}/resolve", s.api(s.apiResolve))
 	m.Handle("POST /admin/v1/refunds/{id}/resolve", s.api(s.apiResolveRefund))
+	m.Handle("GET /admin/v1/operations/{id}", s.api(s.apiOperation))
+	m.Handle("POST /admin/v1/operations/{id}/resolve", s.api(s.apiResolveOperation))
 	m.Handle("GET /admin/v1/audit", s.api(s.apiAudit))
 	s.consoleRoutes(m)
 	s.mux = m
@@ -172,12 +174,15 @@ func entryJSON(e *chargeonce.HistoryEntry) *EntryJSON {
 }
 
 // StuckJSON is one row of the stuck list: a stuck operation of some kind
-// (a charge, or a refund of the charge shown), its charge, and its record.
+// (a charge; a refund, a capture or a cancel of the charge shown), its
+// charge, and its record.
 type StuckJSON struct {
-	// Kind is what is stuck: "charge", or "refund" (Refund says which);
-	// the other fields are the charge's.
-	Kind   string      `json:"kind"`
-	Refund *RefundJSON `json:"refund,omitempty"`
+	// Kind is what is stuck: "charge"; "refund" (Refund says which); or
+	// "capture" or "cancel" (a void), Operation saying which. The other
+	// fields are the charge's.
+	Kind      string         `json:"kind"`
+	Refund    *RefundJSON    `json:"refund,omitempty"`
+	Operation *OperationJSON `json:"operation,omitempty"`
 	ChargeJSON
 	AgeSeconds       float64    `json:"age_seconds"`
 	AcquirerAttempts int        `json:"acquirer_attempts"`
@@ -235,7 +240,7 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, _ string) error
 	for i := range page.Charges {
 		c := &page.Charges[i]
 		out.Data = append(out.Data, StuckJSON{
-			Kind: kindName(c.Kind()), Refund: refundJSON(c.Refund),
+			Kind: kindName(c.Kind()), Refund: refundJSON(c.Refund), Operation: operationJSON(c.Operation),
 			ChargeJSON: chargeJSON(&c.Charge), AgeSeconds: c.Age.Seconds(), AcquirerAttempts: c.Attempts,
 			LastOutcome: entryJSON(c.Last), NextAttemptAt: c.NextAttempt, InFlight: c.InFlight,
 		})

@@ -36,7 +36,10 @@ var pages = func() map[string]*template.Template {
 		"human":    Human,
 		"collapse": Collapse,
 		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
-		"isrefund": func(id string) bool { return strings.HasPrefix(id, "re_") },
+		"isrefund": func(id string) bool { return kindOf(id) == chargeonce.KindRefund },
+		"isoperation": func(id string) bool {
+			return kindOf(id) == chargeonce.KindCapture || kindOf(id) == chargeonce.KindCancel
+		},
 		"kind":     kindName,
 	}
 	out := map[string]*template.Template{}
@@ -97,6 +100,9 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /admin/refunds/{id}", s.page(s.refundPage))
 	m.HandleFunc("POST /admin/refunds/{id}/lookup", s.page(s.refundLookPage))
 	m.HandleFunc("POST /admin/refunds/{id}/resolve", s.page(s.refundResolveForm))
+	m.HandleFunc("GET /admin/operations/{id}", s.page(s.operationPage))
+	m.HandleFunc("POST /admin/operations/{id}/lookup", s.page(s.operationLookPage))
+	m.HandleFunc("POST /admin/operations/{id}/resolve", s.page(s.operationResolveForm))
 	s.reconRoutes(m)
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
@@ -312,7 +318,9 @@ func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	d.Toggle = "/admin/?" + filters(!p.IncludeLeased).Encode()
 	if page.HasMore {
 		q := filters(p.IncludeLeased)
-		q.Set("after", page.Charges[len(page.Charges)-1].Charge.ID)
+		// The last row's own id (a refund's, a capture's…): its charge's
+		// would place the cursor before the row, and show it again.
+		q.Set("after", page.Charges[len(page.Charges)-1].ObjectID())
 		d.Next = "/admin/?" + q.Encode()
 	}
 	s.render(w, r, http.StatusOK, "stuck", view{Title: "Stuck charges", Admin: ss.admin, CSRF: ss.csrf, Data: d})
