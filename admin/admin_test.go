@@ -65,8 +65,8 @@ type downAcquirer struct {
 	// loseOperations: the acquirer captures or voids an authorization,
 	// and its answer is lost on the way back.
 	loseOperations atomic.Bool
-	mu          sync.Mutex
-	sent        map[string]int
+	mu             sync.Mutex
+	sent           map[string]int
 }
 
 func (a *downAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {

@@ -40,7 +40,7 @@ var pages = func() map[string]*template.Template {
 		"isoperation": func(id string) bool {
 			return kindOf(id) == chargeonce.KindCapture || kindOf(id) == chargeonce.KindCancel
 		},
-		"kind":     kindName,
+		"kind": kindName,
 	}
 	out := map[string]*template.Template{}
 	names, err := fs.Glob(templateFS, "templates/*.html")

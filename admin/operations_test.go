@@ -314,6 +314,7 @@ func TestStuckOperationsOnTheConsole(t *testing.T) {
 		t.Error("the stuck list is not empty after both resolutions")
 	}
 }
+
 // TestStuckListNextPageAfterARefund: the console's stuck list pages by
 // the last row's own id. A page ending on a refund led, before, to the
 // page after the refund's charge (created before the refund), which holds
