@@ -25,22 +25,20 @@ var staticFS embed.FS
 // pages are the console's templates, each parsed with the layout.
 var pages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
-		"age":      func(d time.Duration) string { return roundAge(d) },
-		"since":    func(t time.Time) string { return roundAge(time.Since(t)) },
-		"until":    untilText,
-		"when":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
-		"money":    money,
-		"keyhash":  func(c chargeonce.Charge) string { return idempotency.KeyHash(c.MerchantID, c.IdempotencyKey) },
-		"urlpath":  url.PathEscape,
-		"isstatus": func(c chargeonce.Charge, s string) bool { return string(c.Status) == s },
-		"human":    Human,
-		"collapse": Collapse,
-		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
-		"isrefund": func(id string) bool { return kindOf(id) == chargeonce.KindRefund },
-		"isoperation": func(id string) bool {
-			return kindOf(id) == chargeonce.KindCapture || kindOf(id) == chargeonce.KindCancel
-		},
-		"kind": kindName,
+		"age":         func(d time.Duration) string { return roundAge(d) },
+		"since":       func(t time.Time) string { return roundAge(time.Since(t)) },
+		"until":       untilText,
+		"when":        func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
+		"money":       money,
+		"keyhash":     func(c chargeonce.Charge) string { return idempotency.KeyHash(c.MerchantID, c.IdempotencyKey) },
+		"urlpath":     url.PathEscape,
+		"isstatus":    func(c chargeonce.Charge, s string) bool { return string(c.Status) == s },
+		"human":       Human,
+		"collapse":    Collapse,
+		"clock":       func(t time.Time) string { return t.UTC().Format("15:04:05") },
+		"isrefund":    func(id string) bool { return kindOf(id) == chargeonce.KindRefund },
+		"isoperation": isOperation,
+		"kind":        kindName,
 	}
 	out := map[string]*template.Template{}
 	names, err := fs.Glob(templateFS, "templates/*.html")

@@ -69,6 +69,13 @@ func (s *Server) manualCapturer() (chargeonce.ManualCapturer, error) {
 	return m, nil
 }
 
+// isOperation reports whether id names a capture (cp_…) or a cancel
+// (vd_…).
+func isOperation(id string) bool {
+	k := kindOf(id)
+	return k == chargeonce.KindCapture || k == chargeonce.KindCancel
+}
+
 // operationWhat names an operation's kind in messages: "capture" or
 // "cancel".
 func operationWhat(id string) string {
@@ -94,7 +101,7 @@ func (s *Server) ResolveOperation(ctx context.Context, admin, id string, q Opera
 	if err := q.Check(); err != nil {
 		return OperationResolution{}, err
 	}
-	if k := kindOf(id); k != chargeonce.KindCapture && k != chargeonce.KindCancel {
+	if !isOperation(id) {
 		return OperationResolution{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "capture or cancel %q not found", id)
 	}
 	acq, err := s.manualCapturer()
@@ -284,7 +291,7 @@ type OperationDetailJSON struct {
 
 // operationDetail reads a capture or a cancel with its timeline.
 func (s *Server) operationDetail(ctx context.Context, id string) (chargeonce.OperationInspection, []chargeonce.HistoryEntry, error) {
-	if k := kindOf(id); k != chargeonce.KindCapture && k != chargeonce.KindCancel {
+	if !isOperation(id) {
 		return chargeonce.OperationInspection{}, nil, chargeonce.Errorf(chargeonce.ENOTFOUND, "capture or cancel %q not found", id)
 	}
 	in, err := s.ops.OperationInspect(ctx, id)
