@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -392,6 +393,26 @@ func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, _ string) erro
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
+
+// KindOf is the kind of record an object's id names, by its prefix: re_ a
+// refund, cp_ a capture, vd_ a cancel (void), anything else a charge.
+func KindOf(id string) chargeonce.RecordKind { return kindOf(id) }
+
+// ResolvePath is the admin API route that resolves the object id names: a
+// charge's, a refund's, or a capture's or cancel's (SPEC "Operators").
+func ResolvePath(id string) string {
+	switch kindOf(id) {
+	case chargeonce.KindRefund:
+		return "/admin/v1/refunds/" + url.PathEscape(id) + "/resolve"
+	case chargeonce.KindCapture, chargeonce.KindCancel:
+		return "/admin/v1/operations/" + url.PathEscape(id) + "/resolve"
+	}
+	return "/admin/v1/charges/" + url.PathEscape(id) + "/resolve"
+}
+
+// KindName names a record's kind as the admin API does: "charge",
+// "refund", "capture" or "cancel".
+func KindName(k chargeonce.RecordKind) string { return kindName(k) }
 
 // kindName names a record's kind in the API and on the console.
 func kindName(k chargeonce.RecordKind) string {
