@@ -331,10 +331,10 @@ type searchView struct {
 	Charges []chargeonce.Charge
 }
 
-// search finds charges by id, by merchant and order id, or by merchant and
-// idempotency key. It is a POST so that a key never lands in a URL, a
-// browser's history or an access log; the key is looked up, and only its
-// hash is ever shown.
+// search finds charges by id (or a capture or cancel by its id), by
+// merchant and order id, or by merchant and idempotency key. It is a POST
+// so that a key never lands in a URL, a browser's history or an access
+// log; the key is looked up, and only its hash is ever shown.
 func (s *Server) search(w http.ResponseWriter, r *http.Request, ss *session) error {
 	id := strings.TrimSpace(r.PostFormValue("charge_id"))
 	merchant := strings.TrimSpace(r.PostFormValue("merchant"))
@@ -342,6 +342,13 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request, ss *session) err
 	key := r.PostFormValue("idempotency_key")
 	ctx := r.Context()
 	switch {
+	case id != "" && isOperation(id):
+		// A capture's or a cancel's id finds its own page.
+		if _, err := s.ops.OperationInspect(ctx, id); err != nil {
+			return err
+		}
+		http.Redirect(w, r, "/admin/operations/"+url.PathEscape(id), http.StatusSeeOther)
+		return nil
 	case id != "":
 		if _, err := s.ops.ChargeInspect(ctx, id); err != nil {
 			return err

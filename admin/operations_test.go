@@ -279,6 +279,9 @@ func TestStuckOperationsOnTheConsole(t *testing.T) {
 			t.Fatalf("the stuck list lacks %q:\n%s", want, list)
 		}
 	}
+	if found := c.post(t, "/admin/search", url.Values{"charge_id": {opID}}); !strings.Contains(found, `id="timeline"`) || !strings.Contains(found, opID) {
+		t.Fatalf("searching by the capture's id:\n%s", found)
+	}
 	page := c.get(t, "/admin/operations/"+opID)
 	if !strings.Contains(page, `id="timeline"`) || !strings.Contains(page, admin.CaptureSentNoAnswer) || !strings.Contains(page, `action="/admin/operations/`+opID+`/lookup"`) {
 		t.Fatalf("the capture's page:\n%s", page)
