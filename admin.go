@@ -3,6 +3,7 @@ package chargeonce
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -23,13 +24,23 @@ const (
 	EUNSURE = "acquirer-unsure"
 )
 
-// LeasedError is ChargeResolveClaim's refusal of a charge driven under a
-// lease that has remaining left (by the database's clock): ELEASED, with
-// that time as RetryAfter (at least a second).
-func LeasedError(chargeID string, remaining time.Duration) error {
+// LeasedError is ChargeResolveClaim's refusal of a charge (or a refund,
+// capture or cancel: id names it) driven under a lease that has remaining
+// left (by the database's clock): ELEASED, with that time as RetryAfter
+// (at least a second).
+func LeasedError(id string, remaining time.Duration) error {
+	what := "charge"
+	switch {
+	case strings.HasPrefix(id, "re_"):
+		what = "refund"
+	case strings.HasPrefix(id, "cp_"):
+		what = "capture"
+	case strings.HasPrefix(id, "vd_"):
+		what = "cancel"
+	}
 	return &Error{Code: ELEASED, RetryAfter: max(remaining, time.Second),
-		Message: fmt.Sprintf("charge %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that",
-			chargeID, remaining.Round(time.Millisecond))}
+		Message: fmt.Sprintf("%s %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that",
+			what, id, remaining.Round(time.Millisecond))}
 }
 
 // HistoryKind names what a charge's history entry records.
