@@ -95,7 +95,7 @@ func TestConsoleOperationInBrowser(t *testing.T) {
 
 	do("asking the acquirer", chromedp.Click("#lookup"), chromedp.WaitVisible("#acquirer-answer"))
 	page()
-	if a := text("#acquirer-answer"); !strings.Contains(a, "captured the authorized amount") {
+	if a := text("#acquirer-answer"); !strings.Contains(a, "made this capture") {
 		t.Fatalf("the acquirer's answer about the capture: %q", a)
 	}
 	for _, sel := range []string{"#status-succeeded", "#status-failed"} {

@@ -190,7 +190,7 @@ func describeOperationLookup(lr chargeonce.LookupResult, err error) string {
 // plainOperationLookup puts an operation lookup's answer in plain words.
 func plainOperationLookup(kind chargeonce.RecordKind, lr chargeonce.LookupResult, err error) AcquirerView {
 	raw := describeOperationLookup(lr, err)
-	this, done := "capture", "captured the authorized amount: the money moved"
+	this, done := "capture", "made this capture: the money moved"
 	if kind == chargeonce.KindCancel {
 		this, done = "void", "voided the authorization: the hold on the card is released and no money moved"
 	}

@@ -287,7 +287,7 @@ func TestStuckOperationsOnTheConsole(t *testing.T) {
 		t.Fatalf("the capture's page:\n%s", page)
 	}
 	look := c.post(t, "/admin/operations/"+opID+"/lookup", url.Values{})
-	if !strings.Contains(look, "captured the authorized amount") || strings.Contains(look, "checked") {
+	if !strings.Contains(look, "made this capture") || strings.Contains(look, "checked") {
 		t.Fatalf("the look-first page:\n%s", look)
 	}
 	confirm := c.post(t, "/admin/operations/"+opID+"/resolve", url.Values{"status": {"failed"}, "reason": {"ticket 71"}})
