@@ -102,7 +102,8 @@ func TestStuckOperationsResolved(t *testing.T) {
 				d.Record.State != chargeonce.KeyProcessing || historyKinds(d.History) != "inserted capture" || d.History[1].Outcome != admin.CaptureSentNoAnswer {
 				t.Fatalf("the capture's detail: %d %s", st, b)
 			}
-			for _, p := range []string{"/admin/v1/operations/" + chargeID, "/admin/v1/operations/cp_nope", "/admin/v1/operations/vd_nope"} {
+			for _, p := range []string{"/admin/v1/operations/" + chargeID, "/admin/v1/operations/cp_nope", "/admin/v1/operations/vd_nope",
+				"/admin/v1/operations/cp_%00", "/admin/v1/operations/cp_%FF%FE"} {
 				if st, b := e.call(t, "GET", p, aliceKey, nil); st != 404 || problemType(b) != chargeonce.ENOTFOUND {
 					t.Errorf("GET %s: %d %s, want 404", p, st, b)
 				}
@@ -125,6 +126,8 @@ func TestStuckOperationsResolved(t *testing.T) {
 			for _, p := range []string{
 				"/admin/v1/operations/" + chargeID + "/resolve", // a charge's id here
 				"/admin/v1/operations/cp_nope/resolve",
+				"/admin/v1/operations/cp_%00/resolve",
+				"/admin/v1/operations/vd_%FF%FE/resolve",
 			} {
 				if st, b := e.call(t, "POST", p, aliceKey, succeed); st != 404 {
 					t.Errorf("POST %s: %d %s, want 404", p, st, b)
