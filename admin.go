@@ -259,6 +259,11 @@ type OperatorStore interface {
 	// (cp_… or vd_…), with its charge and its record; ENOTFOUND when there
 	// is none.
 	OperationInspect(ctx context.Context, id string) (OperationInspection, error)
+	// ChargeOperations returns the capture or cancel that holds any
+	// merchant's charge: pending or succeeded, at most one (the database
+	// admits no second). Failed ones, which left the charge authorized,
+	// are not listed.
+	ChargeOperations(ctx context.Context, chargeID string) ([]Operation, error)
 	// ChargeHistory returns the appended history of a charge, oldest first
 	// (empty for a charge that took the common path); given a refund's or
 	// an operation's id, that object's.

@@ -397,6 +397,9 @@ type chargeView struct {
 	// Refunds are the charge's refunds, newest first; a pending one can
 	// be looked up and resolved from here.
 	Refunds []chargeonce.Refund
+	// Operations are the capture or cancel holding an authorization, each
+	// linked to its own page.
+	Operations []chargeonce.Operation
 }
 
 func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session) error {
@@ -408,8 +411,14 @@ func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session)
 	if err != nil {
 		return err
 	}
+	var ops []chargeonce.Operation
+	if st := in.Charge.Status; st == chargeonce.StatusAuthorized || st == chargeonce.StatusCaptured || st == chargeonce.StatusCanceled {
+		if ops, err = s.ops.ChargeOperations(r.Context(), in.Charge.ID); err != nil {
+			return err
+		}
+	}
 	s.render(w, r, http.StatusOK, "charge", view{Title: "Charge " + in.Charge.ID, Admin: ss.admin, CSRF: ss.csrf,
-		Data: chargeView{In: in, Timeline: tl, Refunds: refunds}})
+		Data: chargeView{In: in, Timeline: tl, Refunds: refunds, Operations: ops}})
 	return nil
 }
 

@@ -285,6 +285,9 @@ func TestStuckOperationsOnTheConsole(t *testing.T) {
 	if found := c.post(t, "/admin/search", url.Values{"charge_id": {opID}}); !strings.Contains(found, `id="timeline"`) || !strings.Contains(found, opID) {
 		t.Fatalf("searching by the capture's id:\n%s", found)
 	}
+	if cp := c.get(t, "/admin/charges/"+chargeID); !strings.Contains(cp, `id="operations"`) || !strings.Contains(cp, `href="/admin/operations/`+opID+`"`) {
+		t.Fatalf("the authorized charge's page does not link its capture:\n%s", cp)
+	}
 	page := c.get(t, "/admin/operations/"+opID)
 	if !strings.Contains(page, `id="timeline"`) || !strings.Contains(page, admin.CaptureSentNoAnswer) || !strings.Contains(page, `action="/admin/operations/`+opID+`/lookup"`) {
 		t.Fatalf("the capture's page:\n%s", page)

@@ -213,6 +213,35 @@ WHERE o.id = $1`, id).Scan(dest...)
 	return in, nil
 }
 
+// ChargeOperations lists the capture or cancel that holds a charge
+// (pending or succeeded: at most one), by the partial unique index
+// charge_operations_one_live; failed ones are not read (no index holds
+// them by charge).
+func (s *Store) ChargeOperations(ctx context.Context, chargeID string) ([]chargeonce.Operation, error) {
+	if !chargeonce.ValidText(chargeID) {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT `+operationColumns+` FROM charge_operations o WHERE o.charge_id = $1 AND o.status <> 'failed'
+ORDER BY o.created_at DESC, o.id DESC LIMIT $2`, chargeID, chargeonce.StuckListMaxLimit)
+	if err != nil {
+		return nil, fmt.Errorf("listing a charge's operations: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []chargeonce.Operation
+	for rows.Next() {
+		var op operationRow
+		if err := rows.Scan(op.dest()...); err != nil {
+			return nil, fmt.Errorf("listing a charge's operations: %w", translate(err))
+		}
+		out = append(out, *op.operation())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing a charge's operations: %w", translate(err))
+	}
+	return out, nil
+}
+
 // ChargeInspect reads any merchant's charge by id with its record, if the
 // record is still there.
 func (s *Store) ChargeInspect(ctx context.Context, id string) (chargeonce.ChargeInspection, error) {

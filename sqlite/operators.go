@@ -204,6 +204,31 @@ WHERE o.id = ?1`, id).Scan(append(dest, &state, &attempts, &lease, &inFlight)...
 	return in, nil
 }
 
+// ChargeOperations lists the capture or cancel that holds a charge
+// (pending or succeeded: at most one), by the partial unique index
+// charge_operations_one_live; failed ones are not read.
+func (s *Store) ChargeOperations(ctx context.Context, chargeID string) ([]chargeonce.Operation, error) {
+	rows, err := s.rdb.QueryContext(ctx, `
+SELECT `+operationColumnsO+` FROM charge_operations o WHERE o.charge_id = ?1 AND o.status <> 'failed'
+ORDER BY o.created_at DESC, o.id DESC LIMIT ?2`, chargeID, chargeonce.StuckListMaxLimit)
+	if err != nil {
+		return nil, wrap("listing a charge's operations", err)
+	}
+	defer rows.Close()
+	var out []chargeonce.Operation
+	for rows.Next() {
+		var op operationRow
+		if err := rows.Scan(op.nullDest()...); err != nil {
+			return nil, wrap("listing a charge's operations", err)
+		}
+		out = append(out, *op.operationOrNil())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("listing a charge's operations", err)
+	}
+	return out, nil
+}
+
 // objectName names what an id is: a refund (re_…), a capture (cp_…), a
 // cancel (vd_…) or a charge.
 func objectName(id string) string {

@@ -775,6 +775,12 @@ func testStuckOperationsListedAndResolved(t *testing.T, s chargeonce.Store, o ch
 		in.InFlight || in.Age < 0 || in.Age > time.Minute {
 		t.Fatalf("OperationInspect of the stuck capture = %+v, %v", in, err)
 	}
+	if ops, err := o.ChargeOperations(t.Context(), capCharge.ID); err != nil || len(ops) != 1 || ops[0].ID != stuck.Operation.ID || ops[0].AmountCents != 600 {
+		t.Fatalf("ChargeOperations of the capture's charge = %+v, %v", ops, err)
+	}
+	if ops, err := o.ChargeOperations(t.Context(), "ch_nope"); err != nil || len(ops) != 0 {
+		t.Fatalf("ChargeOperations of no charge = %+v, %v", ops, err)
+	}
 	if in, err := o.OperationInspect(t.Context(), live.Operation.ID); err != nil || !in.InFlight {
 		t.Fatalf("OperationInspect of the live cancel = %+v, %v; want it in flight", in, err)
 	}
@@ -886,7 +892,13 @@ func testStuckOperationFailedFreesCharge(t *testing.T, s chargeonce.Store, o cha
 	if es := events(t, s, m); len(es) != 0 {
 		t.Fatalf("events after a failed capture's resolution: %+v; want none", es)
 	}
-	insertOperation(t, s, newOperation(ch, chargeonce.KindCapture, "cp-again", 0))
+	if ops, err := o.ChargeOperations(t.Context(), ch.ID); err != nil || len(ops) != 0 {
+		t.Fatalf("ChargeOperations after the failed capture = %+v, %v; want none holding the charge", ops, err)
+	}
+	again := insertOperation(t, s, newOperation(ch, chargeonce.KindCapture, "cp-again", 0))
+	if ops, err := o.ChargeOperations(t.Context(), ch.ID); err != nil || len(ops) != 1 || ops[0].ID != again.Operation.ID || ops[0].Status != chargeonce.OperationPending {
+		t.Fatalf("ChargeOperations = %+v, %v; want the new capture", ops, err)
+	}
 }
 
 // testResolveOperationRacesRecovery races, for each of 12 stuck captures,
