@@ -3,6 +3,7 @@ package chargeonce
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -23,13 +24,23 @@ const (
 	EUNSURE = "acquirer-unsure"
 )
 
-// LeasedError is ChargeResolveClaim's refusal of a charge driven under a
-// lease that has remaining left (by the database's clock): ELEASED, with
-// that time as RetryAfter (at least a second).
-func LeasedError(chargeID string, remaining time.Duration) error {
+// LeasedError is ChargeResolveClaim's refusal of a charge (or a refund,
+// capture or cancel: id names it) driven under a lease that has remaining
+// left (by the database's clock): ELEASED, with that time as RetryAfter
+// (at least a second).
+func LeasedError(id string, remaining time.Duration) error {
+	what := "charge"
+	switch {
+	case strings.HasPrefix(id, "re_"):
+		what = "refund"
+	case strings.HasPrefix(id, "cp_"):
+		what = "capture"
+	case strings.HasPrefix(id, "vd_"):
+		what = "cancel"
+	}
 	return &Error{Code: ELEASED, RetryAfter: max(remaining, time.Second),
-		Message: fmt.Sprintf("charge %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that",
-			chargeID, remaining.Round(time.Millisecond))}
+		Message: fmt.Sprintf("%s %s is being driven by an attempt or recovery under a lease that ends in %s; nothing changed: resolve it after that",
+			what, id, remaining.Round(time.Millisecond))}
 }
 
 // HistoryKind names what a charge's history entry records.
@@ -133,19 +144,30 @@ type StuckCharge struct {
 	// KindRefund); Age, Attempts, NextAttempt and Last are then the
 	// refund's. Nil for a charge.
 	Refund *Refund
+	// Operation is set when the stuck operation is a manual capture or a
+	// cancel (void) of Charge, which is then authorized (Kind KindCapture
+	// or KindCancel); Age, Attempts, NextAttempt and Last are then the
+	// operation's. Nil otherwise.
+	Operation *Operation
 }
 
 // Kind is the kind of the stuck operation.
 func (c *StuckCharge) Kind() RecordKind {
-	if c.Refund != nil {
+	switch {
+	case c.Operation != nil:
+		return c.Operation.Kind
+	case c.Refund != nil:
 		return KindRefund
 	}
 	return KindCharge
 }
 
-// ObjectID is the id of the stuck operation (ch_… or re_…).
+// ObjectID is the id of the stuck operation (ch_…, re_…, cp_… or vd_…).
 func (c *StuckCharge) ObjectID() string {
-	if c.Refund != nil {
+	switch {
+	case c.Operation != nil:
+		return c.Operation.ID
+	case c.Refund != nil:
 		return c.Refund.ID
 	}
 	return c.Charge.ID
@@ -176,6 +198,28 @@ type ChargeInspection struct {
 	InFlight bool
 }
 
+// OperationInspection is a capture or a cancel of any merchant's
+// authorized charge, with its charge and what its record says.
+type OperationInspection struct {
+	Operation Operation
+	// Charge is the authorization the operation settles.
+	Charge Charge
+	// UpdatedAt is when the operation last changed: its settlement, once
+	// it is not pending.
+	UpdatedAt time.Time
+	// Age is now - the operation's created_at by the database's clock.
+	Age time.Duration
+	// HasRecord tells whether the idempotency record still exists (a
+	// completed one is swept after its TTL).
+	HasRecord   bool
+	State       KeyState
+	Attempts    int
+	NextAttempt time.Time
+	// InFlight is set while an attempt, recovery or a resolution drives
+	// the pending record under a live lease (see StuckCharge.InFlight).
+	InFlight bool
+}
+
 // ResolveParams settle a processing charge as an operator decided: the
 // final answer is stored exactly as KeyComplete stores it (so retries replay
 // it and the queue outbox publishes it), and Audit is appended in the same
@@ -203,22 +247,33 @@ type HistoryAppender interface {
 // stores implement it; storetest.RunOperators checks them.
 type OperatorStore interface {
 	// ChargesListStuck returns a page of processing records across
-	// merchants and kinds (a charge, or a refund with its charge), oldest
-	// first, leaving out those driven under a live lease unless
-	// p.IncludeLeased. A cursor that names no charge or refund is an
-	// EINVALID error naming "after".
+	// merchants and kinds (a charge; a refund, a capture or a cancel with
+	// its charge), oldest first, leaving out those driven under a live
+	// lease unless p.IncludeLeased. A cursor that names no charge, refund
+	// or operation is an EINVALID error naming "after".
 	ChargesListStuck(ctx context.Context, p StuckListParams) (StuckPage, error)
 	// ChargeInspect returns any merchant's charge by id, with its record;
 	// ENOTFOUND when there is none.
 	ChargeInspect(ctx context.Context, id string) (ChargeInspection, error)
+	// OperationInspect returns any merchant's capture or cancel by id
+	// (cp_… or vd_…), with its charge and its record; ENOTFOUND when there
+	// is none.
+	OperationInspect(ctx context.Context, id string) (OperationInspection, error)
+	// ChargeOperations returns the capture or cancel that holds any
+	// merchant's charge: pending or succeeded, at most one (the database
+	// admits no second). Failed ones, which left the charge authorized,
+	// are not listed.
+	ChargeOperations(ctx context.Context, chargeID string) ([]Operation, error)
 	// ChargeHistory returns the appended history of a charge, oldest first
-	// (empty for a charge that took the common path).
+	// (empty for a charge that took the common path); given a refund's or
+	// an operation's id, that object's.
 	ChargeHistory(ctx context.Context, chargeID string) ([]HistoryEntry, error)
 	// HistoryAppend appends entries (ID and At are the store's), in one
 	// statement.
 	HistoryAppender
 	// ChargeResolveClaim gives the processing record of a charge, or of a
-	// refund (chargeID then names the refund, re_…), newToken
+	// refund or an operation (chargeID then names the refund, re_…, or
+	// the capture or cancel, cp_… or vd_…), newToken
 	// and a lease of lease, when nobody drives it: its lease ended, or its
 	// owner let go of it and the rest is a back-off (KeyRecord.LeaseHeld).
 	// An attempt or recovery pass in flight keeps it: ELEASED, with the
@@ -226,8 +281,9 @@ type OperatorStore interface {
 	// such charge; ENOTPROCESSING when it is not processing.
 	ChargeResolveClaim(ctx context.Context, chargeID, newToken string, lease time.Duration) (KeyRecord, error)
 	// ChargeResolve completes the record through the same completion as
-	// KeyComplete (a refund's when p.Complete.Kind is KindRefund) and
-	// appends p.Audit, atomically, and returns the audit
+	// KeyComplete (a refund's when p.Complete.Kind is KindRefund, an
+	// operation's when it is KindCapture or KindCancel) and appends
+	// p.Audit, atomically, and returns the audit
 	// entry as stored (its ID and At); ESTALE (and nothing written) when
 	// p.Complete.Token no longer owns a processing record.
 	ChargeResolve(ctx context.Context, p ResolveParams) (HistoryEntry, error)

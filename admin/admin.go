@@ -25,7 +25,6 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
-	"github.com/chargeonce/chargeonce/idempotency"
 )
 
 // Defaults of Config.
@@ -151,108 +150,62 @@ type Resolution struct {
 }
 
 // Resolve settles a processing charge as admin decided (SPEC "POST
-// /admin/v1/charges/{id}/resolve"):
-//
-//  1. it claims the record only when nobody drives it (its lease ended, or
-//     its owner let go and the rest is a back-off): an attempt or recovery
-//     pass in flight may still capture, so that is ELEASED, with nothing
-//     changed;
-//  2. it asks the acquirer what happened (chargeonce.LookupToResolve, not
-//     whether a re-send is safe) and keeps the answer;
-//  3. it refuses (EUNSURE) when the lookup failed, timed out or could not
-//     tell (a capture under way, a search that lags), and (EDISAGREES) when
-//     the acquirer holds an outcome that contradicts the decision, unless
-//     forced; an outcome that binds (a PaymentIntent that succeeded or may
-//     still move money cannot be declined) refuses even when forced. A
-//     refusal hands the record back to recovery and is appended to the
-//     history;
-//  4. otherwise the final answer is stored through the completion
-//     attempts and recovery use, and the audit entry beside it, as stored.
-//
-// A charge no longer processing is ENOTPROCESSING, whoever settled it.
+// /admin/v1/charges/{id}/resolve"), under the rules every kind shares (see
+// resolveRecord): the acquirer is asked what happened to the charge's
+// reference (Acquirer.Lookup); a capture it holds contradicts "declined"
+// and a decline "captured"; a PaymentIntent that succeeded or may still
+// move money binds, so it cannot be declined even when forced. A declined
+// charge's decline code is the operator's, else the acquirer's, else
+// DefaultDeclineCode.
 func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveRequest) (Resolution, error) {
 	if err := q.Check(); err != nil {
 		return Resolution{}, err
 	}
-	// The claim and the writes after it run to their end whatever the
-	// operator's connection does: a claim cut short may have committed all
-	// the same, and would hold the record for a whole lease, resolved by
-	// no one.
-	base := context.WithoutCancel(ctx)
-	token := idempotency.NewToken()
-	cctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-	rec, err := s.ops.ChargeResolveClaim(cctx, chargeID, token, s.cfg.Lease)
-	cancel()
-	if err != nil {
-		return Resolution{}, err
-	}
-	ch := rec.Charge
-	actor := "admin:" + admin
-	actx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-	lr, lerr := s.acquirer.Lookup(actx, rec.LookupRequest(chargeonce.LookupToResolve))
-	cancel()
-	answer := describeLookup(lr, lerr)
-	found := lerr == nil && lr.Status == chargeonce.LookupFound
-	unsure := lerr != nil || lr.Status == chargeonce.LookupUnsure
-	disagrees := found && lr.Result.Status != q.Status
-	var refusal error
-	switch {
-	case lerr == nil && lr.Binding && (disagrees || (lr.Open() && q.Status == chargeonce.StatusDeclined)):
-		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
-			"the acquirer says %s, which rules out %s whatever force says; nothing was settled", answer, q.Status)
-	case unsure && !q.Force:
-		refusal = chargeonce.Errorf(chargeonce.EUNSURE,
-			"the acquirer could not say what happened (%s); nothing was settled: try again later, or send force to settle without its answer", answer)
-	case disagrees && !q.Force:
-		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
-			"the acquirer says %s, which contradicts %s; nothing was settled (send force to override)", answer, q.Status)
-	}
-	if refusal != nil {
-		s.refuse(base, &rec, token, actor, string(q.Status), q.Reason, answer)
-		return Resolution{AcquirerAnswer: answer}, refusal
-	}
-	final := ch
-	final.Status = q.Status
-	if q.Status == chargeonce.StatusDeclined {
-		final.DeclineCode = q.DeclineCode
-		if final.DeclineCode == "" && found && lr.Result.Status == chargeonce.StatusDeclined {
-			final.DeclineCode = lr.Result.DeclineCode
-		}
-		if final.DeclineCode == "" {
-			final.DeclineCode = DefaultDeclineCode
-		}
-	}
-	resp := engine.FinalResponse(&final)
-	outcome := string(final.Status)
-	if final.DeclineCode != "" {
-		outcome += " (" + final.DeclineCode + ")"
-	}
-	forced := disagrees || unsure
-	wctx, wcancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-	defer wcancel()
-	audit, err := s.ops.ChargeResolve(wctx, chargeonce.ResolveParams{
-		Complete: chargeonce.KeyCompleteParams{
-			MerchantID: ch.MerchantID, Key: rec.Key, Token: token,
-			ChargeStatus: final.Status, DeclineCode: final.DeclineCode,
-			ResponseStatus: resp.Status, ResponseBody: resp.Body, TTL: s.cfg.KeyTTL,
+	var final chargeonce.Charge
+	res, err := s.resolveRecord(ctx, admin, decision{
+		id: chargeID, kinds: []chargeonce.RecordKind{chargeonce.KindCharge}, what: "charge",
+		wanted: string(q.Status), reason: q.Reason, force: q.Force,
+		lookup: func(ctx context.Context, rec *chargeonce.KeyRecord) (chargeonce.LookupResult, error) {
+			return s.acquirer.Lookup(ctx, rec.LookupRequest(chargeonce.LookupToResolve))
 		},
-		Audit: chargeonce.HistoryEntry{
-			ChargeID: ch.ID, MerchantID: ch.MerchantID, Kind: chargeonce.HistoryResolution, Actor: actor,
-			Outcome: outcome, Detail: "acquirer: " + answer, Reason: q.Reason, Forced: forced,
+		describe: describeLookup,
+		judge: func(lr chargeonce.LookupResult) (found, disagrees, binds bool) {
+			found = lr.Status == chargeonce.LookupFound
+			disagrees = found && lr.Result.Status != q.Status
+			return found, disagrees, lr.Binding && (disagrees || (lr.Open() && q.Status == chargeonce.StatusDeclined))
+		},
+		settle: func(rec *chargeonce.KeyRecord, lr chargeonce.LookupResult, found bool) (chargeonce.KeyCompleteParams, string, string) {
+			final = rec.Charge
+			final.Status = q.Status
+			if q.Status == chargeonce.StatusDeclined {
+				final.DeclineCode = q.DeclineCode
+				if final.DeclineCode == "" && found && lr.Result.Status == chargeonce.StatusDeclined {
+					final.DeclineCode = lr.Result.DeclineCode
+				}
+				if final.DeclineCode == "" {
+					final.DeclineCode = DefaultDeclineCode
+				}
+			}
+			resp := engine.FinalResponse(&final)
+			outcome := string(final.Status)
+			if final.DeclineCode != "" {
+				outcome += " (" + final.DeclineCode + ")"
+			}
+			return chargeonce.KeyCompleteParams{
+				ChargeStatus: final.Status, DeclineCode: final.DeclineCode,
+				ResponseStatus: resp.Status, ResponseBody: resp.Body,
+			}, outcome, ""
 		},
 	})
-	if chargeonce.ErrorCode(err) == chargeonce.ESTALE {
-		return Resolution{}, chargeonce.Errorf(chargeonce.ENOTPROCESSING, "charge %s was settled by somebody else meanwhile; nothing changed", ch.ID)
-	}
 	if err != nil {
-		return Resolution{}, err
+		return Resolution{AcquirerAnswer: res.answer}, err
 	}
-	s.log.Warn("charge resolved by an operator", "admin", admin, "charge_id", ch.ID, "merchant", ch.MerchantID,
-		"status", final.Status, "decline_code", final.DeclineCode, "forced", forced, "acquirer", answer)
-	return Resolution{Charge: final, Audit: audit, AcquirerAnswer: answer}, nil
+	s.log.Warn("charge resolved by an operator", "admin", admin, "charge_id", final.ID, "merchant", final.MerchantID,
+		"status", final.Status, "decline_code", final.DeclineCode, "forced", res.forced, "acquirer", res.answer)
+	return Resolution{Charge: final, Audit: res.audit, AcquirerAnswer: res.answer}, nil
 }
 
-// refuse appends a refused resolution (of a charge or a refund) to the
+// refuse appends a refused resolution (of a record of any kind) to the
 // history of what the record guards and hands the record back: recovery
 // may take it at once, and settles it from what the acquirer holds.
 func (s *Server) refuse(base context.Context, rec *chargeonce.KeyRecord, token, actor, wanted, reason, answer string) {
@@ -264,8 +217,16 @@ func (s *Server) refuse(base context.Context, rec *chargeonce.KeyRecord, token, 
 	}); err != nil {
 		s.log.Error("appending a refused resolution to the history failed", "id", rec.ObjectID(), "actor", actor, "err", err)
 	}
+	s.handBack(base, rec, token)
+}
+
+// handBack ends the resolution's lease on rec at once, held by nobody:
+// recovery may take the record now.
+func (s *Server) handBack(base context.Context, rec *chargeonce.KeyRecord, token string) {
+	wctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
+	defer cancel()
 	if err := s.store.KeyLeaseSet(wctx, rec.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
-		s.log.Error("handing a refused resolution back to recovery failed; it is recovered when the resolution's lease ends", "id", rec.ObjectID(), "err", err)
+		s.log.Error("handing a resolution's record back to recovery failed; it is recovered when the resolution's lease ends", "id", rec.ObjectID(), "err", err)
 	}
 }
 

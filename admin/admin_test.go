@@ -62,8 +62,11 @@ type downAcquirer struct {
 	next        chargeonce.Acquirer
 	down        atomic.Bool
 	loseRefunds atomic.Bool
-	mu          sync.Mutex
-	sent        map[string]int
+	// loseOperations: the acquirer captures or voids an authorization,
+	// and its answer is lost on the way back.
+	loseOperations atomic.Bool
+	mu             sync.Mutex
+	sent           map[string]int
 }
 
 func (a *downAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
@@ -101,6 +104,53 @@ func (a *downAcquirer) RefundLookup(ctx context.Context, req chargeonce.LookupRe
 		return chargeonce.LookupResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
 	}
 	return a.next.(chargeonce.Refunder).RefundLookup(ctx, req)
+}
+
+// Authorize sends the authorization on, unless down, counted as a
+// capture of the charge's reference.
+func (a *downAcquirer) Authorize(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
+	a.mu.Lock()
+	a.sent[req.Reference]++
+	a.mu.Unlock()
+	if a.down.Load() {
+		return chargeonce.CaptureResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	return a.next.(chargeonce.ManualCapturer).Authorize(ctx, req)
+}
+
+// CaptureAuthorized sends the capture on, counted per operation
+// reference, unless down; with loseOperations set, the acquirer captures
+// and its answer is lost.
+func (a *downAcquirer) CaptureAuthorized(ctx context.Context, req chargeonce.OperationCall) (chargeonce.OperationResult, error) {
+	return a.operation(ctx, req, a.next.(chargeonce.ManualCapturer).CaptureAuthorized)
+}
+
+// Void is CaptureAuthorized for a void.
+func (a *downAcquirer) Void(ctx context.Context, req chargeonce.OperationCall) (chargeonce.OperationResult, error) {
+	return a.operation(ctx, req, a.next.(chargeonce.ManualCapturer).Void)
+}
+
+func (a *downAcquirer) operation(ctx context.Context, req chargeonce.OperationCall,
+	send func(context.Context, chargeonce.OperationCall) (chargeonce.OperationResult, error),
+) (chargeonce.OperationResult, error) {
+	a.mu.Lock()
+	a.sent[req.Reference]++
+	a.mu.Unlock()
+	if a.down.Load() {
+		return chargeonce.OperationResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	res, err := send(ctx, req)
+	if err == nil && a.loseOperations.Load() {
+		return chargeonce.OperationResult{}, errors.New("read tcp 127.0.0.1:51236->127.0.0.1:8082: connection reset by peer")
+	}
+	return res, err
+}
+
+func (a *downAcquirer) OperationLookup(ctx context.Context, req chargeonce.LookupRequest) (chargeonce.LookupResult, error) {
+	if a.down.Load() {
+		return chargeonce.LookupResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	}
+	return a.next.(chargeonce.ManualCapturer).OperationLookup(ctx, req)
 }
 
 // env is a merchant API and an admin API over one store and acquirer.

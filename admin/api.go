@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,8 @@ func (s *Server) routes() {
 	m.Handle("GET /admin/v1/charges/{id}", s.api(s.apiCharge))
 	m.Handle("POST /admin/v1/charges/{id}/resolve", s.api(s.apiResolve))
 	m.Handle("POST /admin/v1/refunds/{id}/resolve", s.api(s.apiResolveRefund))
+	m.Handle("GET /admin/v1/operations/{id}", s.api(s.apiOperation))
+	m.Handle("POST /admin/v1/operations/{id}/resolve", s.api(s.apiResolveOperation))
 	m.Handle("GET /admin/v1/audit", s.api(s.apiAudit))
 	s.consoleRoutes(m)
 	s.mux = m
@@ -172,12 +175,15 @@ func entryJSON(e *chargeonce.HistoryEntry) *EntryJSON {
 }
 
 // StuckJSON is one row of the stuck list: a stuck operation of some kind
-// (a charge, or a refund of the charge shown), its charge, and its record.
+// (a charge; a refund, a capture or a cancel of the charge shown), its
+// charge, and its record.
 type StuckJSON struct {
-	// Kind is what is stuck: "charge", or "refund" (Refund says which);
-	// the other fields are the charge's.
-	Kind   string      `json:"kind"`
-	Refund *RefundJSON `json:"refund,omitempty"`
+	// Kind is what is stuck: "charge"; "refund" (Refund says which); or
+	// "capture" or "cancel" (a void), Operation saying which. The other
+	// fields are the charge's.
+	Kind      string         `json:"kind"`
+	Refund    *RefundJSON    `json:"refund,omitempty"`
+	Operation *OperationJSON `json:"operation,omitempty"`
 	ChargeJSON
 	AgeSeconds       float64    `json:"age_seconds"`
 	AcquirerAttempts int        `json:"acquirer_attempts"`
@@ -235,7 +241,7 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request, _ string) error
 	for i := range page.Charges {
 		c := &page.Charges[i]
 		out.Data = append(out.Data, StuckJSON{
-			Kind: kindName(c.Kind()), Refund: refundJSON(c.Refund),
+			Kind: kindName(c.Kind()), Refund: refundJSON(c.Refund), Operation: operationJSON(c.Operation),
 			ChargeJSON: chargeJSON(&c.Charge), AgeSeconds: c.Age.Seconds(), AcquirerAttempts: c.Attempts,
 			LastOutcome: entryJSON(c.Last), NextAttemptAt: c.NextAttempt, InFlight: c.InFlight,
 		})
@@ -387,6 +393,26 @@ func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, _ string) erro
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
+
+// KindOf is the kind of record an object's id names, by its prefix: re_ a
+// refund, cp_ a capture, vd_ a cancel (void), anything else a charge.
+func KindOf(id string) chargeonce.RecordKind { return kindOf(id) }
+
+// ResolvePath is the admin API route that resolves the object id names: a
+// charge's, a refund's, or a capture's or cancel's (SPEC "Operators").
+func ResolvePath(id string) string {
+	switch kindOf(id) {
+	case chargeonce.KindRefund:
+		return "/admin/v1/refunds/" + url.PathEscape(id) + "/resolve"
+	case chargeonce.KindCapture, chargeonce.KindCancel:
+		return "/admin/v1/operations/" + url.PathEscape(id) + "/resolve"
+	}
+	return "/admin/v1/charges/" + url.PathEscape(id) + "/resolve"
+}
+
+// KindName names a record's kind as the admin API does: "charge",
+// "refund", "capture" or "cancel".
+func KindName(k chargeonce.RecordKind) string { return kindName(k) }
 
 // kindName names a record's kind in the API and on the console.
 func kindName(k chargeonce.RecordKind) string {

@@ -25,19 +25,20 @@ var staticFS embed.FS
 // pages are the console's templates, each parsed with the layout.
 var pages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
-		"age":      func(d time.Duration) string { return roundAge(d) },
-		"since":    func(t time.Time) string { return roundAge(time.Since(t)) },
-		"until":    untilText,
-		"when":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
-		"money":    money,
-		"keyhash":  func(c chargeonce.Charge) string { return idempotency.KeyHash(c.MerchantID, c.IdempotencyKey) },
-		"urlpath":  url.PathEscape,
-		"isstatus": func(c chargeonce.Charge, s string) bool { return string(c.Status) == s },
-		"human":    Human,
-		"collapse": Collapse,
-		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
-		"isrefund": func(id string) bool { return strings.HasPrefix(id, "re_") },
-		"kind":     kindName,
+		"age":         func(d time.Duration) string { return roundAge(d) },
+		"since":       func(t time.Time) string { return roundAge(time.Since(t)) },
+		"until":       untilText,
+		"when":        func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
+		"money":       money,
+		"keyhash":     func(c chargeonce.Charge) string { return idempotency.KeyHash(c.MerchantID, c.IdempotencyKey) },
+		"urlpath":     url.PathEscape,
+		"isstatus":    func(c chargeonce.Charge, s string) bool { return string(c.Status) == s },
+		"human":       Human,
+		"collapse":    Collapse,
+		"clock":       func(t time.Time) string { return t.UTC().Format("15:04:05") },
+		"isrefund":    func(id string) bool { return kindOf(id) == chargeonce.KindRefund },
+		"isoperation": isOperation,
+		"kind":        kindName,
 	}
 	out := map[string]*template.Template{}
 	names, err := fs.Glob(templateFS, "templates/*.html")
@@ -97,6 +98,9 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /admin/refunds/{id}", s.page(s.refundPage))
 	m.HandleFunc("POST /admin/refunds/{id}/lookup", s.page(s.refundLookPage))
 	m.HandleFunc("POST /admin/refunds/{id}/resolve", s.page(s.refundResolveForm))
+	m.HandleFunc("GET /admin/operations/{id}", s.page(s.operationPage))
+	m.HandleFunc("POST /admin/operations/{id}/lookup", s.page(s.operationLookPage))
+	m.HandleFunc("POST /admin/operations/{id}/resolve", s.page(s.operationResolveForm))
 	s.reconRoutes(m)
 	m.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
@@ -312,7 +316,9 @@ func (s *Server) stuckPage(w http.ResponseWriter, r *http.Request, ss *session) 
 	d.Toggle = "/admin/?" + filters(!p.IncludeLeased).Encode()
 	if page.HasMore {
 		q := filters(p.IncludeLeased)
-		q.Set("after", page.Charges[len(page.Charges)-1].Charge.ID)
+		// The last row's own id (a refund's, a capture's…): its charge's
+		// would place the cursor before the row, and show it again.
+		q.Set("after", page.Charges[len(page.Charges)-1].ObjectID())
 		d.Next = "/admin/?" + q.Encode()
 	}
 	s.render(w, r, http.StatusOK, "stuck", view{Title: "Stuck charges", Admin: ss.admin, CSRF: ss.csrf, Data: d})
@@ -325,10 +331,10 @@ type searchView struct {
 	Charges []chargeonce.Charge
 }
 
-// search finds charges by id, by merchant and order id, or by merchant and
-// idempotency key. It is a POST so that a key never lands in a URL, a
-// browser's history or an access log; the key is looked up, and only its
-// hash is ever shown.
+// search finds charges by id (or a capture or cancel by its id), by
+// merchant and order id, or by merchant and idempotency key. It is a POST
+// so that a key never lands in a URL, a browser's history or an access
+// log; the key is looked up, and only its hash is ever shown.
 func (s *Server) search(w http.ResponseWriter, r *http.Request, ss *session) error {
 	id := strings.TrimSpace(r.PostFormValue("charge_id"))
 	merchant := strings.TrimSpace(r.PostFormValue("merchant"))
@@ -336,6 +342,13 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request, ss *session) err
 	key := r.PostFormValue("idempotency_key")
 	ctx := r.Context()
 	switch {
+	case id != "" && isOperation(id):
+		// A capture's or a cancel's id finds its own page.
+		if _, err := s.ops.OperationInspect(ctx, id); err != nil {
+			return err
+		}
+		http.Redirect(w, r, "/admin/operations/"+url.PathEscape(id), http.StatusSeeOther)
+		return nil
 	case id != "":
 		if _, err := s.ops.ChargeInspect(ctx, id); err != nil {
 			return err
@@ -384,6 +397,9 @@ type chargeView struct {
 	// Refunds are the charge's refunds, newest first; a pending one can
 	// be looked up and resolved from here.
 	Refunds []chargeonce.Refund
+	// Operations are the capture or cancel holding an authorization, each
+	// linked to its own page.
+	Operations []chargeonce.Operation
 }
 
 func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session) error {
@@ -395,8 +411,14 @@ func (s *Server) chargePage(w http.ResponseWriter, r *http.Request, ss *session)
 	if err != nil {
 		return err
 	}
+	var ops []chargeonce.Operation
+	if st := in.Charge.Status; st == chargeonce.StatusAuthorized || st == chargeonce.StatusCaptured || st == chargeonce.StatusCanceled {
+		if ops, err = s.ops.ChargeOperations(r.Context(), in.Charge.ID); err != nil {
+			return err
+		}
+	}
 	s.render(w, r, http.StatusOK, "charge", view{Title: "Charge " + in.Charge.ID, Admin: ss.admin, CSRF: ss.csrf,
-		Data: chargeView{In: in, Timeline: tl, Refunds: refunds}})
+		Data: chargeView{In: in, Timeline: tl, Refunds: refunds, Operations: ops}})
 	return nil
 }
 

@@ -27,6 +27,13 @@ func cause(c *chargeonce.StuckCharge) string {
 		// Refunds append no trail: only an operator's refusal is kept.
 		return "refund sent, outcome unknown"
 	}
+	if c.Operation != nil && c.Last == nil {
+		// Nor do captures and cancels of authorizations.
+		if c.Operation.Kind == chargeonce.KindCancel {
+			return "void sent, outcome unknown"
+		}
+		return "capture sent, outcome unknown"
+	}
 	if c.Last == nil || (c.Last.Kind == chargeonce.HistoryRecoveryClaim && !c.InFlight) {
 		// No entry at all: the attempt that inserted it died mid-call. A
 		// claim last: the drive that claimed it died mid-call (the
@@ -56,9 +63,12 @@ func Groups(cs []chargeonce.StuckCharge) []Group {
 		}
 		g.Count++
 		g.Oldest = max(g.Oldest, c.Age)
-		if c.Refund != nil {
+		switch {
+		case c.Operation != nil:
+			sums[k][c.Operation.Currency] += c.Operation.AmountCents
+		case c.Refund != nil:
 			sums[k][c.Refund.Currency] += c.Refund.AmountCents
-		} else {
+		default:
 			sums[k][c.Charge.Currency] += c.Charge.AmountCents
 		}
 	}
@@ -79,7 +89,8 @@ func Groups(cs []chargeonce.StuckCharge) []Group {
 	return out
 }
 
-// BulkOutcome is what the bulk action did with one charge or refund.
+// BulkOutcome is what the bulk action did with one charge, refund,
+// capture or cancel.
 type BulkOutcome struct {
 	Kind     string
 	ID       string
@@ -117,6 +128,10 @@ func (s *Server) bulkSettle(w http.ResponseWriter, r *http.Request, ss *session)
 		}
 		if c.Refund != nil {
 			out = append(out, s.bulkSettleRefund(r, ss, c, reason))
+			continue
+		}
+		if c.Operation != nil {
+			out = append(out, s.bulkSettleOperation(r, ss, c, reason))
 			continue
 		}
 		o := BulkOutcome{Kind: wantKind, ID: c.Charge.ID, ChargeID: c.Charge.ID, Amount: chargeonce.FormatAmount(c.Charge.AmountCents, c.Charge.Currency)}
@@ -173,6 +188,37 @@ func (s *Server) bulkSettleRefund(r *http.Request, ss *session, c *chargeonce.St
 		o.Note = "not settled: " + chargeonce.ErrorMessage(err)
 	} else {
 		o.Settled = string(res.Refund.Status)
+	}
+	return o
+}
+
+// bulkSettleOperation looks one stuck capture or cancel up and, when the
+// acquirer gives its outcome, resolves it so through ResolveOperation (the
+// same claim, second lookup, rules and audit entry as one resolution).
+func (s *Server) bulkSettleOperation(r *http.Request, ss *session, c *chargeonce.StuckCharge, reason string) BulkOutcome {
+	op := c.Operation
+	o := BulkOutcome{Kind: kindName(op.Kind), ID: op.ID, ChargeID: op.ChargeID, Amount: chargeonce.FormatAmount(op.AmountCents, op.Currency)}
+	in, err := s.ops.OperationInspect(r.Context(), op.ID)
+	if err != nil {
+		o.Note = "not looked up: " + chargeonce.ErrorMessage(err)
+		return o
+	}
+	o.Acquirer = s.lookUpOperation(r.Context(), in)
+	var status chargeonce.OperationStatus
+	switch o.Acquirer.Kind {
+	case "succeeded":
+		status = chargeonce.OperationSucceeded
+	case "op-failed":
+		status = chargeonce.OperationFailed
+	default:
+		o.Note = "left for recovery: the acquirer gave no outcome to settle from"
+		return o
+	}
+	res, err := s.ResolveOperation(r.Context(), ss.admin, op.ID, OperationResolveRequest{Status: status, Reason: "bulk: " + reason})
+	if err != nil {
+		o.Note = "not settled: " + chargeonce.ErrorMessage(err)
+	} else {
+		o.Settled = string(res.Operation.Status)
 	}
 	return o
 }

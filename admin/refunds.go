@@ -9,7 +9,6 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
-	"github.com/chargeonce/chargeonce/idempotency"
 )
 
 // DefaultRefundFailure is a failed or canceled refund's failure reason
@@ -73,98 +72,65 @@ func (s *Server) refunder() (chargeonce.Refunder, error) {
 }
 
 // ResolveRefund settles a pending refund as admin decided, under the rules
-// of a charge's resolution (see Resolve): the record is claimed only when
-// nobody drives it; the acquirer is asked what became of the refund's
-// reference (RefundLookup, LookupToResolve) before anything is settled; a
-// lookup that fails or cannot tell refuses (EUNSURE), and one whose answer
-// contradicts the decision refuses (EDISAGREES), unless forced (an answer
-// that binds refuses even then); a refusal is appended to the history and
-// the record handed back to recovery. Otherwise the refund is settled by
-// the statement attempts and recovery settle refunds with (a failed or
-// canceled refund gives its amount back to the charge), with the audit
-// entry, in one transaction.
+// every kind shares (see resolveRecord): the acquirer is asked what became
+// of the refund's reference (RefundLookup) before anything is settled, and
+// an outcome it holds other than the decision contradicts it. The refund is
+// settled by the statement attempts and recovery settle refunds with (a
+// failed or canceled refund gives its amount back to the charge). A failed
+// or canceled refund's failure reason is the operator's, else the
+// acquirer's, else DefaultRefundFailure.
 func (s *Server) ResolveRefund(ctx context.Context, admin, refundID string, q RefundResolveRequest) (RefundResolution, error) {
 	if err := q.Check(); err != nil {
 		return RefundResolution{}, err
 	}
-	if !strings.HasPrefix(refundID, "re_") {
+	if kindOf(refundID) != chargeonce.KindRefund {
 		return RefundResolution{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "refund %q not found", refundID)
 	}
 	acq, err := s.refunder()
 	if err != nil {
 		return RefundResolution{}, err
 	}
-	base := context.WithoutCancel(ctx)
-	token := idempotency.NewToken()
-	cctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-	rec, err := s.ops.ChargeResolveClaim(cctx, refundID, token, s.cfg.Lease)
-	cancel()
-	if err != nil {
-		return RefundResolution{}, err
-	}
-	rf := *rec.Refund
-	actor := "admin:" + admin
-	actx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-	lr, lerr := acq.RefundLookup(actx, rec.LookupRequest(chargeonce.LookupToResolve))
-	cancel()
-	answer := describeRefundLookup(lr, lerr)
-	found := lerr == nil && lr.Status == chargeonce.LookupFound
-	unsure := lerr != nil || lr.Status == chargeonce.LookupUnsure
-	disagrees := found && lr.Refund.Status != q.Status
-	var refusal error
-	switch {
-	case lerr == nil && lr.Binding && disagrees:
-		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
-			"the acquirer says %s, which rules out %s whatever force says; nothing was settled", answer, q.Status)
-	case unsure && !q.Force:
-		refusal = chargeonce.Errorf(chargeonce.EUNSURE,
-			"the acquirer could not say what became of the refund (%s); nothing was settled: try again later, or send force to settle without its answer", answer)
-	case disagrees && !q.Force:
-		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
-			"the acquirer says %s, which contradicts %s; nothing was settled (send force to override)", answer, q.Status)
-	}
-	if refusal != nil {
-		s.refuse(base, &rec, token, actor, string(q.Status), q.Reason, answer)
-		return RefundResolution{AcquirerAnswer: answer}, refusal
-	}
-	final := rf
-	final.Status = q.Status
-	if q.Status != chargeonce.RefundSucceeded {
-		final.FailureReason = q.FailureReason
-		if final.FailureReason == "" && found {
-			final.FailureReason = lr.Refund.FailureReason
-		}
-		if final.FailureReason == "" {
-			final.FailureReason = DefaultRefundFailure
-		}
-	}
-	outcome := string(final.Status)
-	if final.FailureReason != "" {
-		outcome += " (" + final.FailureReason + ")"
-	}
-	forced := disagrees || unsure
-	wctx, wcancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
-	defer wcancel()
-	audit, err := s.ops.ChargeResolve(wctx, chargeonce.ResolveParams{
-		Complete: chargeonce.KeyCompleteParams{
-			Kind: chargeonce.KindRefund, MerchantID: rf.MerchantID, Key: rec.Key, Token: token,
-			RefundStatus: final.Status, FailureReason: final.FailureReason,
-			ResponseStatus: http.StatusCreated, ResponseBody: engine.EncodeRefund(&final), TTL: s.cfg.KeyTTL,
+	var final chargeonce.Refund
+	res, err := s.resolveRecord(ctx, admin, decision{
+		id: refundID, kinds: []chargeonce.RecordKind{chargeonce.KindRefund}, what: "refund",
+		wanted: string(q.Status), reason: q.Reason, force: q.Force,
+		lookup: func(ctx context.Context, rec *chargeonce.KeyRecord) (chargeonce.LookupResult, error) {
+			return acq.RefundLookup(ctx, rec.LookupRequest(chargeonce.LookupToResolve))
 		},
-		Audit: chargeonce.HistoryEntry{
-			ChargeID: rf.ID, MerchantID: rf.MerchantID, Kind: chargeonce.HistoryResolution, Actor: actor,
-			Outcome: outcome, Detail: "refund of " + rf.ChargeID + "; acquirer: " + answer, Reason: q.Reason, Forced: forced,
+		describe: describeRefundLookup,
+		judge: func(lr chargeonce.LookupResult) (found, disagrees, binds bool) {
+			found = lr.Status == chargeonce.LookupFound
+			disagrees = found && lr.Refund.Status != q.Status
+			return found, disagrees, lr.Binding && disagrees
+		},
+		settle: func(rec *chargeonce.KeyRecord, lr chargeonce.LookupResult, found bool) (chargeonce.KeyCompleteParams, string, string) {
+			final = *rec.Refund
+			final.Status = q.Status
+			if q.Status != chargeonce.RefundSucceeded {
+				final.FailureReason = q.FailureReason
+				if final.FailureReason == "" && found {
+					final.FailureReason = lr.Refund.FailureReason
+				}
+				if final.FailureReason == "" {
+					final.FailureReason = DefaultRefundFailure
+				}
+			}
+			outcome := string(final.Status)
+			if final.FailureReason != "" {
+				outcome += " (" + final.FailureReason + ")"
+			}
+			return chargeonce.KeyCompleteParams{
+				RefundStatus: final.Status, FailureReason: final.FailureReason,
+				ResponseStatus: http.StatusCreated, ResponseBody: engine.EncodeRefund(&final),
+			}, outcome, "refund of " + final.ChargeID + "; "
 		},
 	})
-	if chargeonce.ErrorCode(err) == chargeonce.ESTALE {
-		return RefundResolution{}, chargeonce.Errorf(chargeonce.ENOTPROCESSING, "refund %s was settled by somebody else meanwhile; nothing changed", rf.ID)
-	}
 	if err != nil {
-		return RefundResolution{}, err
+		return RefundResolution{AcquirerAnswer: res.answer}, err
 	}
-	s.log.Warn("refund resolved by an operator", "admin", admin, "refund_id", rf.ID, "charge_id", rf.ChargeID, "merchant", rf.MerchantID,
-		"status", final.Status, "failure_reason", final.FailureReason, "forced", forced, "acquirer", answer)
-	return RefundResolution{Refund: final, Audit: audit, AcquirerAnswer: answer}, nil
+	s.log.Warn("refund resolved by an operator", "admin", admin, "refund_id", final.ID, "charge_id", final.ChargeID, "merchant", final.MerchantID,
+		"status", final.Status, "failure_reason", final.FailureReason, "forced", res.forced, "acquirer", res.answer)
+	return RefundResolution{Refund: final, Audit: res.audit, AcquirerAnswer: res.answer}, nil
 }
 
 // describeRefundLookup says in a line what the acquirer answered about a

@@ -64,6 +64,11 @@ func TestStuckRefundsResolved(t *testing.T) {
 			if st, b := e.call(t, "POST", "/admin/v1/refunds/"+chargeID+"/resolve", aliceKey, admin.RefundResolveRequest{Status: chargeonce.RefundFailed, Reason: "x"}); st != 404 {
 				t.Errorf("resolve a charge's id as a refund: %d %s, want 404", st, b)
 			}
+			// Nor is a refund resolved as a charge: its record would be
+			// completed with a charge's answer, and the refund left pending.
+			if st, b := e.call(t, "POST", "/admin/v1/charges/"+refundID+"/resolve", aliceKey, admin.ResolveRequest{Status: chargeonce.StatusCaptured, Reason: "x", Force: true}); st != 404 {
+				t.Fatalf("resolve a refund's id as a charge: %d %s, want 404", st, b)
+			}
 			st, b = e.call(t, "POST", path, aliceKey, admin.RefundResolveRequest{Status: chargeonce.RefundFailed, Reason: "support says it bounced"})
 			if st != 409 || problemType(b) != chargeonce.EDISAGREES || !strings.Contains(string(b), "found: succeeded") {
 				t.Fatalf("resolving as failed a refund the acquirer made: %d %s, want 409 %s naming its answer", st, b, chargeonce.EDISAGREES)

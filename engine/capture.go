@@ -138,21 +138,26 @@ func (e *Engine) runOperation(ctx context.Context, rec chargeonce.KeyRecord, tok
 	}
 	op := *rec.Operation
 	op.Status, op.FailureReason = res.Status, res.FailureReason
-	final := rec.Charge
-	var resp Response
-	if op.Status == chargeonce.OperationSucceeded {
-		final.Status, final.CapturedCents = chargeonce.StatusCanceled, 0
-		if op.Kind == chargeonce.KindCapture {
-			final.Status, final.CapturedCents = chargeonce.StatusCaptured, op.AmountCents
-		}
-		resp = Response{Status: 200, Body: EncodeCharge(&final)}
-	} else {
-		resp = operationFailed(&final, &op)
-	}
+	resp := OperationResponse(rec.Charge, &op)
 	return e.settle(ctx, &rec, token, backoff, recovering, resp, chargeonce.KeyCompleteParams{
 		OperationStatus: op.Status,
 		FailureReason:   op.FailureReason,
 	})
+}
+
+// OperationResponse builds the response stored for a capture or cancel of
+// the authorized charge ch that settled as op.Status: 200 with the charge
+// captured (for the operation's amount) or canceled when it succeeded, a
+// 402 operation-failed problem when the acquirer refused it.
+func OperationResponse(ch chargeonce.Charge, op *chargeonce.Operation) Response {
+	if op.Status != chargeonce.OperationSucceeded {
+		return operationFailed(&ch, op)
+	}
+	ch.Status, ch.CapturedCents = chargeonce.StatusCanceled, 0
+	if op.Kind == chargeonce.KindCapture {
+		ch.Status, ch.CapturedCents = chargeonce.StatusCaptured, op.AmountCents
+	}
+	return Response{Status: 200, Body: EncodeCharge(&ch)}
 }
 
 // operationFailed is the stored answer of a capture or cancel the acquirer

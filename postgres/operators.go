@@ -34,9 +34,8 @@ func scanHistory(row pgx.Row) (chargeonce.HistoryEntry, error) {
 }
 
 // ChargesListStuck pages through the processing records of every merchant
-// and of either kind (a charge's, or a refund's with its charge; not yet a
-// manual capture's or a void's, which recovery drives), oldest
-// first, with each one's newest history entry and whether a live lease
+// and of every kind (a charge's; a refund's, a manual capture's or a
+// cancel's with its charge), oldest first, with each one's newest history entry and whether a live lease
 // holds it (computed in the statement, by the database's clock; such
 // records are left out unless p.IncludeLeased). Processing records are few
 // (the partial index on lease_until holds only them), so the scan is over
@@ -53,9 +52,10 @@ func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListPara
 		var at time.Time
 		err := s.pool.QueryRow(ctx, `
 SELECT created_at FROM charges WHERE id = $1
-UNION ALL SELECT created_at FROM refunds WHERE id = $1`, p.After).Scan(&at)
+UNION ALL SELECT created_at FROM refunds WHERE id = $1
+UNION ALL SELECT created_at FROM charge_operations WHERE id = $1`, p.After).Scan(&at)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge or a refund; %q is not", p.After)
+			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge, a refund, a capture or a cancel; %q is not", p.After)
 		}
 		if err != nil {
 			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
@@ -64,20 +64,21 @@ UNION ALL SELECT created_at FROM refunds WHERE id = $1`, p.After).Scan(&at)
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT `+chargeColumnsC+`,
-	now() - COALESCE(r.created_at, c.created_at), k.recovery_attempts, k.lease_until,
+	now() - COALESCE(r.created_at, o.created_at, c.created_at), k.recovery_attempts, k.lease_until,
 	k.lease_held AND k.lease_until > now(),
 	r.id, r.amount_cents, r.currency, r.status, r.reason, r.created_at,
+	o.id, o.kind, o.idempotency_key, o.amount_cents, o.currency, o.status, o.created_at,
 	h.id, h.charge_id, h.merchant_id, h.at, h.kind, h.actor, h.outcome, h.detail, h.reason, h.forced
 FROM idempotency_keys k`+anyRecordFrom+`
 LEFT JOIN LATERAL (
 	SELECT * FROM charge_history hh WHERE hh.charge_id = k.charge_id ORDER BY hh.id DESC LIMIT 1
 ) h ON true
-WHERE k.state = 'processing' AND o.id IS NULL
+WHERE k.state = 'processing'
 	AND ($1 = '' OR k.merchant_id = $1)
-	AND COALESCE(r.created_at, c.created_at) <= now() - $2::interval
-	AND ($3::timestamptz IS NULL OR (COALESCE(r.created_at, c.created_at), k.charge_id) > ($3, $4))
+	AND COALESCE(r.created_at, o.created_at, c.created_at) <= now() - $2::interval
+	AND ($3::timestamptz IS NULL OR (COALESCE(r.created_at, o.created_at, c.created_at), k.charge_id) > ($3, $4))
 	AND ($6 OR NOT (k.lease_held AND k.lease_until > now()))
-ORDER BY COALESCE(r.created_at, c.created_at), k.charge_id
+ORDER BY COALESCE(r.created_at, o.created_at, c.created_at), k.charge_id
 LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeased)
 	if err != nil {
 		return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
@@ -92,6 +93,7 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 			rID, rCurrency, rStatus, rWhy   *string
 			rAmount                         *int64
 			rAt                             *time.Time
+			op                              stuckOperationRow
 			hID                             *int64
 			hCharge, hMerchant, hKind       *string
 			hActor, hOutcome, hDetail, hWhy *string
@@ -103,6 +105,7 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 			&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
 			&sc.Age, &sc.Attempts, &sc.NextAttempt, &sc.InFlight,
 			&rID, &rAmount, &rCurrency, &rStatus, &rWhy, &rAt,
+			&op.id, &op.kind, &op.key, &op.amount, &op.currency, &op.status, &op.created,
 			&hID, &hCharge, &hMerchant, &hAt, &hKind, &hActor, &hOutcome, &hDetail, &hWhy, &hForced,
 		); err != nil {
 			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
@@ -120,6 +123,7 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 				Status: chargeonce.RefundStatus(*rStatus), Reason: *rWhy, CreatedAt: *rAt,
 			}
 		}
+		sc.Operation = op.operation(c)
 		if hID != nil {
 			sc.Last = &chargeonce.HistoryEntry{
 				ID: *hID, ChargeID: *hCharge, MerchantID: *hMerchant, At: *hAt,
@@ -136,6 +140,106 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 		page.Charges, page.HasMore = page.Charges[:p.Limit], true
 	}
 	return page, nil
+}
+
+// stuckOperationRow is the scan target of a stuck list row's operation
+// columns, NULL when the record guards no capture or cancel.
+type stuckOperationRow struct {
+	id, kind, key, currency, status *string
+	amount                          *int64
+	created                         *time.Time
+}
+
+// operation is the row's capture or cancel of ch, or nil.
+func (r *stuckOperationRow) operation(ch *chargeonce.Charge) *chargeonce.Operation {
+	if r.id == nil {
+		return nil
+	}
+	return &chargeonce.Operation{
+		ID: *r.id, Kind: chargeonce.RecordKind(*r.kind), MerchantID: ch.MerchantID, IdempotencyKey: *r.key,
+		ChargeID: ch.ID, AmountCents: *r.amount, Currency: *r.currency,
+		Status: chargeonce.OperationStatus(*r.status), CreatedAt: *r.created,
+	}
+}
+
+// OperationInspect reads any merchant's capture or cancel by id, with its
+// charge and its record, if the record is still there.
+func (s *Store) OperationInspect(ctx context.Context, id string) (chargeonce.OperationInspection, error) {
+	if !chargeonce.ValidText(id) {
+		return chargeonce.OperationInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", objectName(id), id)
+	}
+	var (
+		in          chargeonce.OperationInspection
+		op          operationRow
+		state       *string
+		attempts    *int
+		leaseUntil  *time.Time
+		inFlight    *bool
+		status      string
+		declineCode *string
+		metadata    *string
+	)
+	c := &in.Charge
+	dest := append(op.dest(), &in.UpdatedAt,
+		&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
+		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
+		&state, &attempts, &leaseUntil, &inFlight)
+	err := s.pool.QueryRow(ctx, `
+SELECT `+operationColumns+`, o.updated_at, `+chargeColumnsC+`, k.state, k.recovery_attempts, k.lease_until,
+	k.state = 'processing' AND k.lease_held AND k.lease_until > now()
+FROM charge_operations o
+JOIN charges c ON c.id = o.charge_id
+LEFT JOIN idempotency_keys k ON k.merchant_id = o.merchant_id AND k.key = o.idempotency_key AND k.charge_id = o.id
+WHERE o.id = $1`, id).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return chargeonce.OperationInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", objectName(id), id)
+	}
+	if err != nil {
+		return chargeonce.OperationInspection{}, fmt.Errorf("inspecting %s: %w", objectName(id), translate(err))
+	}
+	if c.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+		return chargeonce.OperationInspection{}, fmt.Errorf("inspecting %s: %w", objectName(id), err)
+	}
+	c.Status = chargeonce.Status(status)
+	if declineCode != nil {
+		c.DeclineCode = *declineCode
+	}
+	in.Operation = *op.operation()
+	in.Age = time.Duration(*op.age) * time.Microsecond
+	if state != nil {
+		in.HasRecord, in.State, in.Attempts, in.NextAttempt = true, chargeonce.KeyState(*state), *attempts, *leaseUntil
+		in.InFlight = *inFlight
+	}
+	return in, nil
+}
+
+// ChargeOperations lists the capture or cancel that holds a charge
+// (pending or succeeded: at most one), by the partial unique index
+// charge_operations_one_live; failed ones are not read (no index holds
+// them by charge).
+func (s *Store) ChargeOperations(ctx context.Context, chargeID string) ([]chargeonce.Operation, error) {
+	if !chargeonce.ValidText(chargeID) {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT `+operationColumns+` FROM charge_operations o WHERE o.charge_id = $1 AND o.status <> 'failed'
+ORDER BY o.created_at DESC, o.id DESC LIMIT $2`, chargeID, chargeonce.StuckListMaxLimit)
+	if err != nil {
+		return nil, fmt.Errorf("listing a charge's operations: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []chargeonce.Operation
+	for rows.Next() {
+		var op operationRow
+		if err := rows.Scan(op.dest()...); err != nil {
+			return nil, fmt.Errorf("listing a charge's operations: %w", translate(err))
+		}
+		out = append(out, *op.operation())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing a charge's operations: %w", translate(err))
+	}
+	return out, nil
 }
 
 // ChargeInspect reads any merchant's charge by id with its record, if the
@@ -260,8 +364,9 @@ func (s *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.History
 	return nil
 }
 
-// ChargeResolveClaim gives the processing record of a charge, or of a
-// refund (id re_…), to an operator's resolution when nobody drives it: its
+// ChargeResolveClaim gives the processing record of a charge, of a refund
+// (id re_…), or of a capture or cancel (cp_…, vd_…) to an operator's
+// resolution when nobody drives it: its
 // lease ended, or its owner let go and the rest is a back-off
 // (lease_held). An attempt or recovery pass in flight keeps it (ELEASED):
 // taking it over would let the resolution settle while that attempt's
@@ -271,14 +376,12 @@ func (s *Store) ChargeResolveClaim(ctx context.Context, id, newToken string, lea
 		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", objectName(id), id)
 	}
 	rec, _, err := scanAnyRecord(s.pool.QueryRow(ctx, `
-WITH o AS (
-	SELECT merchant_id, idempotency_key FROM charges WHERE id = $1
-	UNION ALL SELECT merchant_id, idempotency_key FROM refunds WHERE id = $1
+WITH obj AS (`+objectKeysSQL+`
 ), k AS (
 	UPDATE idempotency_keys k
 	SET token = $2, lease_until = now() + $3::interval, lease_held = true, updated_at = now()
-	FROM o
-	WHERE k.merchant_id = o.merchant_id AND k.key = o.idempotency_key AND k.charge_id = $1
+	FROM obj
+	WHERE k.merchant_id = obj.merchant_id AND k.key = obj.idempotency_key AND k.charge_id = $1
 		AND k.state = 'processing' AND (k.lease_until <= now() OR NOT k.lease_held)
 	RETURNING k.*
 )
@@ -293,10 +396,23 @@ FROM k`+anyRecordFrom, id, newToken, lease))
 	return rec, nil
 }
 
-// objectName names what an id is: a refund (re_…) or a charge.
+// objectKeysSQL finds the (merchant, key) of the object $1 names: a
+// charge, a refund, or a capture or cancel.
+const objectKeysSQL = `
+	SELECT merchant_id, idempotency_key FROM charges WHERE id = $1
+	UNION ALL SELECT merchant_id, idempotency_key FROM refunds WHERE id = $1
+	UNION ALL SELECT merchant_id, idempotency_key FROM charge_operations WHERE id = $1`
+
+// objectName names what an id is: a refund (re_…), a capture (cp_…), a
+// cancel (vd_…) or a charge.
 func objectName(id string) string {
-	if strings.HasPrefix(id, "re_") {
+	switch {
+	case strings.HasPrefix(id, "re_"):
 		return "refund"
+	case strings.HasPrefix(id, "cp_"):
+		return "capture"
+	case strings.HasPrefix(id, "vd_"):
+		return "cancel"
 	}
 	return "charge"
 }
@@ -308,9 +424,7 @@ func (s *Store) resolveClaimRefused(ctx context.Context, id string) error {
 	err := s.pool.QueryRow(ctx, `
 SELECT GREATEST(0, (EXTRACT(EPOCH FROM k.lease_until - now()) * 1000000)::bigint)
 FROM idempotency_keys k
-WHERE k.charge_id = $1 AND k.state = 'processing' AND (k.merchant_id, k.key) IN (
-	SELECT merchant_id, idempotency_key FROM charges WHERE id = $1
-	UNION ALL SELECT merchant_id, idempotency_key FROM refunds WHERE id = $1)`, id).Scan(&remaining)
+WHERE k.charge_id = $1 AND k.state = 'processing' AND (k.merchant_id, k.key) IN (`+objectKeysSQL+`)`, id).Scan(&remaining)
 	if err == nil {
 		return chargeonce.LeasedError(id, time.Duration(remaining)*time.Microsecond)
 	}
@@ -318,7 +432,7 @@ WHERE k.charge_id = $1 AND k.state = 'processing' AND (k.merchant_id, k.key) IN 
 		return fmt.Errorf("claiming %s for resolution: %w", objectName(id), translate(err))
 	}
 	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM charges WHERE id = $1) OR EXISTS (SELECT FROM refunds WHERE id = $1)`, id).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (`+objectKeysSQL+`)`, id).Scan(&exists); err != nil {
 		return fmt.Errorf("claiming %s for resolution: %w", objectName(id), translate(err))
 	}
 	if !exists {
@@ -338,16 +452,24 @@ func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) (
 	}
 	c := p.Complete
 	audit := p.Audit
-	if c.Kind == chargeonce.KindRefund && !c.RefundStatus.Final() {
+	switch {
+	case c.Kind == chargeonce.KindRefund && !c.RefundStatus.Final():
 		return chargeonce.HistoryEntry{}, chargeonce.Errorf(chargeonce.EINVALID, "a refund is resolved succeeded, failed or canceled, not %q", c.RefundStatus)
+	case (c.Kind == chargeonce.KindCapture || c.Kind == chargeonce.KindCancel) && !c.OperationStatus.Final():
+		return chargeonce.HistoryEntry{}, chargeonce.Errorf(chargeonce.EINVALID, "a %s is resolved succeeded or failed, not %q", c.Kind, c.OperationStatus)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var n int
 		// The statement attempts and recovery settle with, for the
-		// record's kind (a refund's gives a failed refund's amount back).
+		// record's kind (a refund's gives a failed refund's amount back;
+		// a succeeded capture's or cancel's settles its charge, which
+		// records charge.captured or charge.canceled).
 		sql, status, detail := keyCompleteSQL, string(c.ChargeStatus), c.DeclineCode
-		if c.Kind == chargeonce.KindRefund {
+		switch c.Kind {
+		case chargeonce.KindRefund:
 			sql, status, detail = refundCompleteSQL, string(c.RefundStatus), c.FailureReason
+		case chargeonce.KindCapture, chargeonce.KindCancel:
+			sql, status, detail = operationCompleteSQL, string(c.OperationStatus), c.FailureReason
 		}
 		if err := tx.QueryRow(ctx, sql,
 			c.MerchantID, c.Key, c.Token, c.ResponseStatus, c.ResponseBody, status, detail, c.TTL,

@@ -41,8 +41,8 @@ func (h *historyRow) entry() *chargeonce.HistoryEntry {
 }
 
 // ChargesListStuck pages through the processing records of every merchant
-// and of either kind (a charge's, or a refund's with its charge), oldest
-// first, with each one's newest history entry and whether a live lease
+// and of every kind (a charge's; a refund's, a manual capture's or a
+// cancel's with its charge), oldest first, with each one's newest history entry and whether a live lease
 // holds it (computed in the statement; such records are left out unless
 // p.IncludeLeased). The partial index on lease_until holds only processing
 // records, which are few.
@@ -54,9 +54,10 @@ func (s *Store) ChargesListStuck(ctx context.Context, p chargeonce.StuckListPara
 	if p.After != "" {
 		err := s.rdb.QueryRowContext(ctx, `
 SELECT created_at FROM charges WHERE id = ?1
-UNION ALL SELECT created_at FROM refunds WHERE id = ?1`, p.After).Scan(&afterAt)
+UNION ALL SELECT created_at FROM refunds WHERE id = ?1
+UNION ALL SELECT created_at FROM charge_operations WHERE id = ?1`, p.After).Scan(&afterAt)
 		if errors.Is(err, sql.ErrNoRows) {
-			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge or a refund; %q is not", p.After)
+			return chargeonce.StuckPage{}, chargeonce.FieldError("after", "after must be the id of a charge, a refund, a capture or a cancel; %q is not", p.After)
 		}
 		if err != nil {
 			return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
@@ -64,19 +65,19 @@ UNION ALL SELECT created_at FROM refunds WHERE id = ?1`, p.After).Scan(&afterAt)
 	}
 	rows, err := s.rdb.QueryContext(ctx, `
 SELECT `+chargeColumnsC+`,
-	`+nowMicros+` - coalesce(r.created_at, c.created_at), k.recovery_attempts, k.lease_until,
+	`+nowMicros+` - coalesce(r.created_at, o.created_at, c.created_at), k.recovery_attempts, k.lease_until,
 	k.lease_held AND k.lease_until > `+nowMicros+`,
-	r.id, r.amount_cents, r.currency, r.status, r.reason, r.created_at, `+historyColumnsH+`
+	r.id, r.amount_cents, r.currency, r.status, r.reason, r.created_at, `+operationColumnsO+`, `+historyColumnsH+`
 `+keysFrom+`
 LEFT JOIN charge_history h ON h.id = (
 	SELECT max(hh.id) FROM charge_history hh WHERE hh.charge_id = k.charge_id)
-WHERE k.state = 'processing' AND o.id IS NULL
+WHERE k.state = 'processing'
 	AND (?1 = '' OR k.merchant_id = ?1)
-	AND coalesce(r.created_at, c.created_at) <= `+nowMicros+` - ?2
-	AND (?3 IS NULL OR coalesce(r.created_at, c.created_at) > ?3
-		OR (coalesce(r.created_at, c.created_at) = ?3 AND k.charge_id > ?4))
+	AND coalesce(r.created_at, o.created_at, c.created_at) <= `+nowMicros+` - ?2
+	AND (?3 IS NULL OR coalesce(r.created_at, o.created_at, c.created_at) > ?3
+		OR (coalesce(r.created_at, o.created_at, c.created_at) = ?3 AND k.charge_id > ?4))
 	AND (?6 OR NOT (k.lease_held AND k.lease_until > `+nowMicros+`))
-ORDER BY coalesce(r.created_at, c.created_at), k.charge_id
+ORDER BY coalesce(r.created_at, o.created_at, c.created_at), k.charge_id
 LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1, p.IncludeLeased)
 	if err != nil {
 		return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
@@ -92,14 +93,17 @@ LIMIT ?5`, p.MerchantID, micros(p.OlderThan), afterAt, p.After, p.Limit+1, p.Inc
 			inFlight                      bool
 			rID, rCurrency, rStatus, rWhy sql.NullString
 			rAmount, rAt                  sql.NullInt64
+			op                            operationRow
 		)
 		dest := append(cr.dest(), &age, &attempts, &lease, &inFlight, &rID, &rAmount, &rCurrency, &rStatus, &rWhy, &rAt)
+		dest = append(dest, op.nullDest()...)
 		if err := rows.Scan(append(dest, h.dest()...)...); err != nil {
 			return chargeonce.StuckPage{}, wrap("listing stuck charges", err)
 		}
 		sc := chargeonce.StuckCharge{
 			Charge: cr.charge(), Age: time.Duration(age) * time.Microsecond,
 			Attempts: attempts, NextAttempt: fromMicros(lease), Last: h.entry(), InFlight: inFlight,
+			Operation: op.operationOrNil(),
 		}
 		if rID.Valid {
 			sc.Refund = &chargeonce.Refund{
@@ -156,6 +160,87 @@ WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, 
 		in.InFlight = inFlight.Bool
 	}
 	return in, nil
+}
+
+// OperationInspect reads any merchant's capture or cancel by id, with its
+// charge and its record, if the record is still there.
+func (s *Store) OperationInspect(ctx context.Context, id string) (chargeonce.OperationInspection, error) {
+	what := objectName(id)
+	if !chargeonce.ValidText(id) {
+		return chargeonce.OperationInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", what, id)
+	}
+	var (
+		in              chargeonce.OperationInspection
+		op              operationRow
+		cr              chargeRow
+		updated, age    int64
+		state           sql.NullString
+		attempts, lease sql.NullInt64
+		inFlight        sql.NullBool
+	)
+	dest := append(op.nullDest(), &updated, &age)
+	dest = append(dest, cr.dest()...)
+	err := s.rdb.QueryRowContext(ctx, `
+SELECT `+operationColumnsO+`, o.updated_at, `+nowMicros+` - o.created_at, `+chargeColumnsC+`,
+	k.state, k.recovery_attempts, k.lease_until,
+	k.state = 'processing' AND k.lease_held AND k.lease_until > `+nowMicros+`
+FROM charge_operations o
+JOIN charges c ON c.id = o.charge_id
+LEFT JOIN idempotency_keys k ON k.merchant_id = o.merchant_id AND k.key = o.idempotency_key AND k.charge_id = o.id
+WHERE o.id = ?1`, id).Scan(append(dest, &state, &attempts, &lease, &inFlight)...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return chargeonce.OperationInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", what, id)
+	}
+	if err != nil {
+		return chargeonce.OperationInspection{}, wrap("inspecting a "+what, err)
+	}
+	in.Operation, in.Charge = *op.operationOrNil(), cr.charge()
+	in.UpdatedAt, in.Age = fromMicros(updated), time.Duration(age)*time.Microsecond
+	if state.Valid {
+		in.HasRecord, in.State = true, chargeonce.KeyState(state.String)
+		in.Attempts, in.NextAttempt = int(attempts.Int64), fromMicros(lease.Int64)
+		in.InFlight = inFlight.Bool
+	}
+	return in, nil
+}
+
+// ChargeOperations lists the capture or cancel that holds a charge
+// (pending or succeeded: at most one), by the partial unique index
+// charge_operations_one_live; failed ones are not read.
+func (s *Store) ChargeOperations(ctx context.Context, chargeID string) ([]chargeonce.Operation, error) {
+	rows, err := s.rdb.QueryContext(ctx, `
+SELECT `+operationColumnsO+` FROM charge_operations o WHERE o.charge_id = ?1 AND o.status <> 'failed'
+ORDER BY o.created_at DESC, o.id DESC LIMIT ?2`, chargeID, chargeonce.StuckListMaxLimit)
+	if err != nil {
+		return nil, wrap("listing a charge's operations", err)
+	}
+	defer rows.Close()
+	var out []chargeonce.Operation
+	for rows.Next() {
+		var op operationRow
+		if err := rows.Scan(op.nullDest()...); err != nil {
+			return nil, wrap("listing a charge's operations", err)
+		}
+		out = append(out, *op.operationOrNil())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("listing a charge's operations", err)
+	}
+	return out, nil
+}
+
+// objectName names what an id is: a refund (re_…), a capture (cp_…), a
+// cancel (vd_…) or a charge.
+func objectName(id string) string {
+	switch {
+	case strings.HasPrefix(id, "re_"):
+		return "refund"
+	case strings.HasPrefix(id, "cp_"):
+		return "capture"
+	case strings.HasPrefix(id, "vd_"):
+		return "cancel"
+	}
+	return "charge"
 }
 
 // ChargeHistory returns a charge's appended entries, oldest first.
@@ -235,24 +320,24 @@ func (s *Store) HistoryAppend(ctx context.Context, entries ...chargeonce.History
 	})
 }
 
-// ChargeResolveClaim gives the processing record of a charge, or of a
-// refund (id re_…), to an operator's resolution when nobody drives it: its
+// ChargeResolveClaim gives the processing record of a charge, of a refund
+// (id re_…), or of a capture or cancel (cp_…, vd_…) to an operator's
+// resolution when nobody drives it: its
 // lease ended, or its owner let go and the rest is a back-off
 // (lease_held). An attempt or recovery pass in flight keeps it (ELEASED):
 // taking it over would let the resolution settle while that attempt's
 // capture or refund may still land.
 func (s *Store) ChargeResolveClaim(ctx context.Context, id, newToken string, lease time.Duration) (chargeonce.KeyRecord, error) {
-	what := "charge"
-	if strings.HasPrefix(id, "re_") {
-		what = "refund"
-	}
+	what := objectName(id)
 	if !chargeonce.ValidText(id) {
 		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", what, id)
 	}
-	// The record guarding id: a charge's, or a refund's.
-	const guarding = `(merchant_id, key) IN (
+	// The record guarding id: a charge's, a refund's or an operation's.
+	const objects = `
 	SELECT merchant_id, idempotency_key FROM charges WHERE id = ?1
-	UNION ALL SELECT merchant_id, idempotency_key FROM refunds WHERE id = ?1)
+	UNION ALL SELECT merchant_id, idempotency_key FROM refunds WHERE id = ?1
+	UNION ALL SELECT merchant_id, idempotency_key FROM charge_operations WHERE id = ?1`
+	const guarding = `(merchant_id, key) IN (` + objects + `)
 	AND charge_id = ?1 AND state = 'processing'`
 	var rec chargeonce.KeyRecord
 	err := s.write(ctx, "claiming a "+what+" for resolution", func(ctx context.Context, tx *sql.Tx) error {
@@ -274,7 +359,7 @@ SELECT max(0, lease_until - `+nowMicros+`) FROM idempotency_keys WHERE `+guardin
 				return wrap("claiming a "+what+" for resolution", err)
 			}
 			var exists bool
-			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM charges WHERE id = ?1) OR EXISTS (SELECT 1 FROM refunds WHERE id = ?1)`, id).Scan(&exists); err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (`+objects+`)`, id).Scan(&exists); err != nil {
 				return wrap("claiming a "+what+" for resolution", err)
 			}
 			if !exists {

@@ -27,7 +27,9 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"StuckListBadParams", testStuckListBadParams},
 		{"StuckListLeavesOutLiveLeases", testStuckListLeavesOutLiveLeases},
 		{"StuckRefundsListedAndResolved", testStuckRefundsListedAndResolved},
-		{"StuckListHoldsNoOperations", testStuckListHoldsNoOperations},
+		{"StuckOperationsListedAndResolved", testStuckOperationsListedAndResolved},
+		{"StuckOperationFailedFreesCharge", testStuckOperationFailedFreesCharge},
+		{"ResolveOperationRacesRecovery", testResolveOperationRacesRecovery},
 		{"CommonPathWritesNoHistory", testCommonPathWritesNoHistory},
 		{"HistoryAppendsInOrder", testHistoryAppendsInOrder},
 		{"ResolveTakesOverAndAudits", testResolveTakesOverAndAudits},
@@ -62,7 +64,10 @@ func stuckIDs(t *testing.T, o chargeonce.OperatorStore, p chargeonce.StuckListPa
 			t.Fatalf("ChargesListStuck(%+v): %v", p, err)
 		}
 		for _, c := range page.Charges {
-			if c.Refund == nil && c.Charge.Status != chargeonce.StatusProcessing {
+			if c.Operation != nil && c.Operation.Status != chargeonce.OperationPending {
+				t.Fatalf("stuck list holds %s %s, which is %s", c.Operation.Kind, c.Operation.ID, c.Operation.Status)
+			}
+			if c.Refund == nil && c.Operation == nil && c.Charge.Status != chargeonce.StatusProcessing {
 				t.Fatalf("stuck list holds %s, which is %s", c.Charge.ID, c.Charge.Status)
 			}
 			if c.Refund != nil && c.Refund.Status != chargeonce.RefundPending {
@@ -722,19 +727,261 @@ func testAcquirerIDAndAge(t *testing.T, s chargeonce.Store, o chargeonce.Operato
 	wantCode(t, "KeyAcquirerIDSet once completed", s.KeyAcquirerIDSet(t.Context(), "m1", "k", recs[0].Token, "pi_2"), chargeonce.ESTALE)
 }
 
-// testStuckListHoldsNoOperations: a manual capture or void whose outcome
-// is pending is not listed as its charge (which is authorized, not
-// processing: resolving it as a charge would be refused, or worse, read as
-// the charge's own capture). Recovery drives such operations; the console
-// does not list them yet.
-func testStuckListHoldsNoOperations(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
-	ch := authorizedCharge(t, s, "ops-"+randHex(4), 1000)
-	insertOperation(t, s, newOperation(ch, chargeonce.KindCapture, "pending-capture", 0))
-	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{MerchantID: ch.MerchantID, Limit: 50, IncludeLeased: true})
+// testStuckOperationsListedAndResolved: a manual capture or a cancel
+// (void) whose outcome is pending and that nobody drives is listed as its
+// own kind with the authorized charge it settles (its amount, currency and
+// age the operation's), after what is older; one under a live lease is
+// left out unless asked. An operator's claim takes it (and not one under
+// a live lease); the resolution settles it with the statement captures
+// and cancels settle with (the charge captured for the operation's
+// amount, its charge.captured event written once) and appends the audit
+// entry under the operation's id, once.
+func testStuckOperationsListedAndResolved(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	m := "ops-" + randHex(4)
+	capCharge := authorizedCharge(t, s, m, 1000)
+	stuck := newOperation(capCharge, chargeonce.KindCapture, "cp-stuck", 600)
+	stuck.Lease = time.Millisecond
+	insertOperation(t, s, stuck)
+	liveCharge := authorizedCharge(t, s, m, 800)
+	live := newOperation(liveCharge, chargeonce.KindCancel, "vd-live", 0)
+	insertOperation(t, s, live)
+	voidCharge := authorizedCharge(t, s, m, 500)
+	void := newOperation(voidCharge, chargeonce.KindCancel, "vd-stuck", 0)
+	void.Lease = time.Millisecond
+	insertOperation(t, s, void)
+	time.Sleep(20 * time.Millisecond)
+
+	if got, want := stuckIDs(t, o, chargeonce.StuckListParams{MerchantID: m, Limit: 1}), []string{stuck.Operation.ID, void.Operation.ID}; !slices.Equal(got, want) {
+		t.Fatalf("stuck list in pages of 1 = %v, want %v (the cancel under a live lease left out)", got, want)
+	}
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{MerchantID: m, Limit: 50, IncludeLeased: true})
+	if err != nil || len(page.Charges) != 3 {
+		t.Fatalf("with IncludeLeased: %+v, %v; want 3 rows", page.Charges, err)
+	}
+	r := page.Charges[0]
+	if r.Kind() != chargeonce.KindCapture || r.ObjectID() != stuck.Operation.ID || r.Refund != nil || r.Charge.ID != capCharge.ID ||
+		r.Charge.Status != chargeonce.StatusAuthorized || r.Operation.AmountCents != 600 || r.Operation.Currency != capCharge.Currency ||
+		r.Operation.Status != chargeonce.OperationPending || r.Operation.ChargeID != capCharge.ID || r.InFlight || r.Age < 0 || r.Age > time.Minute {
+		t.Fatalf("the stuck capture's row: %+v (operation %+v)", r, r.Operation)
+	}
+	if l, v := page.Charges[1], page.Charges[2]; l.Kind() != chargeonce.KindCancel || !l.InFlight || l.ObjectID() != live.Operation.ID ||
+		v.Kind() != chargeonce.KindCancel || v.Operation.AmountCents != 500 || v.InFlight {
+		t.Fatalf("the cancels' rows: %+v %+v", l.Operation, v.Operation)
+	}
+
+	in, err := o.OperationInspect(t.Context(), stuck.Operation.ID)
+	if err != nil || in.Operation.ID != stuck.Operation.ID || in.Operation.Kind != chargeonce.KindCapture || in.Operation.AmountCents != 600 ||
+		in.Charge.ID != capCharge.ID || in.Charge.Status != chargeonce.StatusAuthorized || !in.HasRecord || in.State != chargeonce.KeyProcessing ||
+		in.InFlight || in.Age < 0 || in.Age > time.Minute {
+		t.Fatalf("OperationInspect of the stuck capture = %+v, %v", in, err)
+	}
+	if ops, err := o.ChargeOperations(t.Context(), capCharge.ID); err != nil || len(ops) != 1 || ops[0].ID != stuck.Operation.ID || ops[0].AmountCents != 600 {
+		t.Fatalf("ChargeOperations of the capture's charge = %+v, %v", ops, err)
+	}
+	if ops, err := o.ChargeOperations(t.Context(), "ch_nope"); err != nil || len(ops) != 0 {
+		t.Fatalf("ChargeOperations of no charge = %+v, %v", ops, err)
+	}
+	if in, err := o.OperationInspect(t.Context(), live.Operation.ID); err != nil || !in.InFlight {
+		t.Fatalf("OperationInspect of the live cancel = %+v, %v; want it in flight", in, err)
+	}
+	for _, id := range []string{"cp_nope", "vd_nope", capCharge.ID} {
+		_, err := o.OperationInspect(t.Context(), id)
+		wantCode(t, "OperationInspect("+id+")", err, chargeonce.ENOTFOUND)
+	}
+
+	_, err = o.ChargeResolveClaim(t.Context(), live.Operation.ID, "tok_op", time.Minute)
+	wantCode(t, "claiming a cancel under a live lease", err, chargeonce.ELEASED)
+	for _, id := range []string{"cp_nope", "vd_nope"} {
+		_, err = o.ChargeResolveClaim(t.Context(), id, "tok_op", time.Minute)
+		wantCode(t, "claiming "+id, err, chargeonce.ENOTFOUND)
+	}
+	// The charge the capture settles is authorized, not processing: its
+	// own id claims nothing.
+	_, err = o.ChargeResolveClaim(t.Context(), capCharge.ID, "tok_op", time.Minute)
+	wantCode(t, "claiming the authorized charge", err, chargeonce.ENOTPROCESSING)
+	rec, err := o.ChargeResolveClaim(t.Context(), stuck.Operation.ID, "tok_op", time.Minute)
+	if err != nil || rec.Operation == nil || rec.Operation.ID != stuck.Operation.ID || rec.Token != "tok_op" || rec.Kind() != chargeonce.KindCapture {
+		t.Fatalf("claiming the stuck capture: %+v, %v", rec, err)
+	}
+	resolve := func(status chargeonce.OperationStatus) chargeonce.ResolveParams {
+		return chargeonce.ResolveParams{
+			Complete: chargeonce.KeyCompleteParams{
+				Kind: chargeonce.KindCapture, MerchantID: m, Key: rec.Key, Token: "tok_op",
+				OperationStatus: status, ResponseStatus: 200, ResponseBody: []byte(`{"status":"captured"}`), TTL: time.Hour,
+			},
+			Audit: chargeonce.HistoryEntry{ChargeID: stuck.Operation.ID, MerchantID: m, Kind: chargeonce.HistoryResolution,
+				Actor: "admin:alice", Outcome: string(status), Reason: "ticket 10"},
+		}
+	}
+	_, err = o.ChargeResolve(t.Context(), resolve(chargeonce.OperationPending))
+	wantCode(t, "resolving a capture as pending", err, chargeonce.EINVALID)
+	audit, err := o.ChargeResolve(t.Context(), resolve(chargeonce.OperationSucceeded))
+	if err != nil || audit.ID == 0 || audit.ChargeID != stuck.Operation.ID {
+		t.Fatalf("resolving the capture: %+v, %v", audit, err)
+	}
+	if ch := chargeNow(t, s, capCharge); ch.Status != chargeonce.StatusCaptured || ch.CapturedCents != 600 {
+		t.Fatalf("the charge after its capture's resolution: %s, captured %d; want captured 600", ch.Status, ch.CapturedCents)
+	}
+	if got := get(t, s, m, "cp-stuck"); got.State != chargeonce.KeyCompleted || string(got.ResponseBody) != `{"status":"captured"}` ||
+		got.Operation == nil || got.Operation.Status != chargeonce.OperationSucceeded || got.ExpiresAt.IsZero() {
+		t.Fatalf("the capture's record after the resolution: %+v (operation %+v)", got, got.Operation)
+	}
+	_, err = o.ChargeResolve(t.Context(), resolve(chargeonce.OperationSucceeded))
+	wantCode(t, "resolving the capture again", err, chargeonce.ESTALE)
+	_, err = o.ChargeResolveClaim(t.Context(), stuck.Operation.ID, "tok_op2", time.Minute)
+	wantCode(t, "claiming a settled capture", err, chargeonce.ENOTPROCESSING)
+	wantEvents(t, s, m, map[string]string{capCharge.ID: chargeonce.EventChargeCaptured})
+	h, err := o.ChargeHistory(t.Context(), stuck.Operation.ID)
+	if err != nil || len(h) != 1 || h[0].Kind != chargeonce.HistoryResolution || h[0].Reason != "ticket 10" {
+		t.Fatalf("the capture's history: %+v, %v", h, err)
+	}
+	if in, err := o.OperationInspect(t.Context(), stuck.Operation.ID); err != nil || in.Operation.Status != chargeonce.OperationSucceeded ||
+		in.State != chargeonce.KeyCompleted || in.Charge.Status != chargeonce.StatusCaptured || in.UpdatedAt.Before(in.Operation.CreatedAt) {
+		t.Fatalf("OperationInspect of the resolved capture = %+v, %v", in, err)
+	}
+
+	// The stuck void, resolved succeeded: the charge is canceled, with
+	// its one charge.canceled event.
+	vrec, err := o.ChargeResolveClaim(t.Context(), void.Operation.ID, "tok_void", time.Minute)
+	if err != nil || vrec.Kind() != chargeonce.KindCancel {
+		t.Fatalf("claiming the stuck cancel: %+v, %v", vrec, err)
+	}
+	if _, err := o.ChargeResolve(t.Context(), chargeonce.ResolveParams{
+		Complete: chargeonce.KeyCompleteParams{Kind: chargeonce.KindCancel, MerchantID: m, Key: vrec.Key, Token: "tok_void",
+			OperationStatus: chargeonce.OperationSucceeded, ResponseStatus: 200, ResponseBody: []byte(`{"status":"canceled"}`), TTL: time.Hour},
+		Audit: chargeonce.HistoryEntry{ChargeID: void.Operation.ID, MerchantID: m, Kind: chargeonce.HistoryResolution, Actor: "admin:alice", Outcome: "succeeded", Reason: "ticket 11"},
+	}); err != nil {
+		t.Fatalf("resolving the cancel: %v", err)
+	}
+	if ch := chargeNow(t, s, voidCharge); ch.Status != chargeonce.StatusCanceled {
+		t.Fatalf("the charge after its cancel's resolution: %s, want canceled", ch.Status)
+	}
+	wantEvents(t, s, m, map[string]string{capCharge.ID: chargeonce.EventChargeCaptured, voidCharge.ID: chargeonce.EventChargeCanceled})
+	if a, err := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10}); err != nil || len(a) != 2 || a[0].ChargeID != void.Operation.ID || a[1].ChargeID != stuck.Operation.ID {
+		t.Fatalf("audit trail = %+v, %v; want the cancel's resolution, then the capture's", a, err)
+	}
+}
+
+// testStuckOperationFailedFreesCharge: a stuck capture resolved failed
+// (the acquirer refused it) leaves its charge authorized, with no event,
+// and free for another capture, as a failed capture from the acquirer
+// does.
+func testStuckOperationFailedFreesCharge(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	m := "opf-" + randHex(4)
+	ch := authorizedCharge(t, s, m, 1000)
+	p := newOperation(ch, chargeonce.KindCapture, "cp-fail", 0)
+	p.Lease = 0
+	insertOperation(t, s, p)
+	rec, err := o.ChargeResolveClaim(t.Context(), p.Operation.ID, "tok_op", time.Minute)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("ChargeResolveClaim: %v", err)
 	}
-	for _, sc := range page.Charges {
-		t.Errorf("stuck list holds %s (status %s, refund %v) for a pending capture of an authorized charge", sc.Charge.ID, sc.Charge.Status, sc.Refund)
+	if _, err := o.ChargeResolve(t.Context(), chargeonce.ResolveParams{
+		Complete: chargeonce.KeyCompleteParams{Kind: chargeonce.KindCapture, MerchantID: m, Key: rec.Key, Token: "tok_op",
+			OperationStatus: chargeonce.OperationFailed, FailureReason: "operator_failed", ResponseStatus: 402, ResponseBody: []byte(`{"status":402}`), TTL: time.Hour},
+		Audit: chargeonce.HistoryEntry{ChargeID: p.Operation.ID, MerchantID: m, Kind: chargeonce.HistoryResolution, Actor: "admin:bob", Outcome: "failed (operator_failed)", Reason: "ticket 12"},
+	}); err != nil {
+		t.Fatalf("resolving the capture failed: %v", err)
 	}
+	if got := chargeNow(t, s, ch); got.Status != chargeonce.StatusAuthorized {
+		t.Fatalf("the charge after its capture was resolved failed: %s, want authorized", got.Status)
+	}
+	if in, err := o.OperationInspect(t.Context(), p.Operation.ID); err != nil || in.Operation.Status != chargeonce.OperationFailed || in.Operation.FailureReason != "operator_failed" {
+		t.Fatalf("the failed capture: %+v, %v", in.Operation, err)
+	}
+	if es := events(t, s, m); len(es) != 0 {
+		t.Fatalf("events after a failed capture's resolution: %+v; want none", es)
+	}
+	if ops, err := o.ChargeOperations(t.Context(), ch.ID); err != nil || len(ops) != 0 {
+		t.Fatalf("ChargeOperations after the failed capture = %+v, %v; want none holding the charge", ops, err)
+	}
+	again := insertOperation(t, s, newOperation(ch, chargeonce.KindCapture, "cp-again", 0))
+	if ops, err := o.ChargeOperations(t.Context(), ch.ID); err != nil || len(ops) != 1 || ops[0].ID != again.Operation.ID || ops[0].Status != chargeonce.OperationPending {
+		t.Fatalf("ChargeOperations = %+v, %v; want the new capture", ops, err)
+	}
+}
+
+// testResolveOperationRacesRecovery races, for each of 12 stuck captures,
+// an operator's claim and resolution against recovery's claim and
+// completion: exactly one settles each, each charge has one
+// charge.captured event, and one audit entry per resolution that settled.
+func testResolveOperationRacesRecovery(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	const n = 12
+	m := "opr-" + randHex(4)
+	var ops []chargeonce.OperationInsertParams
+	want := map[string]string{}
+	for i := range n {
+		ch := authorizedCharge(t, s, m, 100)
+		p := newOperation(ch, chargeonce.KindCapture, fmt.Sprintf("race-%d", i), 0)
+		p.Lease = 0
+		insertOperation(t, s, p)
+		ops = append(ops, p)
+		want[ch.ID] = chargeonce.EventChargeCaptured
+	}
+	var (
+		resolved, recovered atomic.Int64
+		wg                  sync.WaitGroup
+		start               = make(chan struct{})
+	)
+	for i, p := range slices.Backward(ops) {
+		wg.Go(func() {
+			<-start
+			time.Sleep(time.Duration(i%4) * 5 * time.Millisecond)
+			tok := "tok_op_" + randHex(4)
+			rec, err := o.ChargeResolveClaim(t.Context(), p.Operation.ID, tok, time.Minute)
+			if code := chargeonce.ErrorCode(err); code == chargeonce.ENOTPROCESSING || code == chargeonce.ELEASED {
+				return
+			}
+			if err != nil {
+				t.Errorf("ChargeResolveClaim: %v", err)
+				return
+			}
+			_, err = o.ChargeResolve(t.Context(), chargeonce.ResolveParams{
+				Complete: chargeonce.KeyCompleteParams{Kind: rec.Kind(), MerchantID: m, Key: rec.Key, Token: tok,
+					OperationStatus: chargeonce.OperationSucceeded, ResponseStatus: 200, ResponseBody: []byte(`{"by":"operator"}`), TTL: longTTL},
+				Audit: chargeonce.HistoryEntry{ChargeID: p.Operation.ID, MerchantID: m, Kind: chargeonce.HistoryResolution, Actor: "admin:dave", Outcome: "succeeded", Reason: "race"},
+			})
+			switch {
+			case err == nil:
+				resolved.Add(1)
+			case chargeonce.ErrorCode(err) != chargeonce.ESTALE:
+				t.Errorf("ChargeResolve: %v", err)
+			}
+		})
+	}
+	for range 4 {
+		wg.Go(func() {
+			<-start
+			for range n {
+				claimed, err := s.KeysClaimExpired(t.Context(), time.Minute, 3)
+				if err != nil {
+					t.Errorf("KeysClaimExpired: %v", err)
+					return
+				}
+				for _, rec := range claimed {
+					if rec.MerchantID != m {
+						continue
+					}
+					err := completeOperation(t, s, rec, rec.Token, chargeonce.OperationSucceeded)
+					switch {
+					case err == nil:
+						recovered.Add(1)
+					case chargeonce.ErrorCode(err) != chargeonce.ESTALE:
+						t.Errorf("KeyComplete: %v", err)
+					}
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := resolved.Load() + recovered.Load(); got != n {
+		t.Fatalf("%d resolved + %d recovered = %d settlements of %d captures, want exactly %d", resolved.Load(), recovered.Load(), got, n, n)
+	}
+	audit, err := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: chargeonce.StuckListMaxLimit})
+	if err != nil || int64(len(audit)) != resolved.Load() {
+		t.Fatalf("audit trail holds %d entries (%v), want one per resolution: %d", len(audit), err, resolved.Load())
+	}
+	wantEvents(t, s, m, want)
+	t.Logf("%d stuck captures: %d settled by resolutions, %d by recovery", n, resolved.Load(), recovered.Load())
 }

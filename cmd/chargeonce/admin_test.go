@@ -7,13 +7,17 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chargeonce/chargeonce/acquirer"
 	"github.com/chargeonce/chargeonce/internal/apitest"
 )
 
@@ -102,5 +106,140 @@ func TestResolveCommand(t *testing.T) {
 	}
 	if strings.Contains(logs, "ak_test_demo\n") || strings.Contains(logs, "lost-reply") {
 		t.Error("the log shows the admin key or the idempotency key")
+	}
+}
+
+// lossyAcquirer serves a simulator over HTTP, as a remote acquirer, and
+// while lose is set answers captures and voids of authorizations, and
+// refunds, 503 after the simulator settled them: the reply is lost.
+func lossyAcquirer(t *testing.T) (url string, lose *atomic.Bool) {
+	t.Helper()
+	lose = &atomic.Bool{}
+	h := acquirer.Handler(apitest.Simulator(t, acquirer.Options{}))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		settles := r.Method == http.MethodPost && (r.URL.Path == "/v1/authorizations/capture" || r.URL.Path == "/v1/authorizations/void" || r.URL.Path == "/v1/refunds")
+		if !settles || !lose.Load() {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		http.Error(w, `{"type":"unavailable"}`, http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, lose
+}
+
+// TestResolveCommandRefundsAndOperations: `chargeonce resolve` takes a
+// refund's id (re_…) and a capture's (cp_…) as well as a charge's, and
+// calls its kind's admin route: a refund and a manual capture whose
+// answers were lost are resolved from the command line (a decision the
+// acquirer contradicts refused), and the merchant's retries replay the
+// resolutions. A flag of another kind is a usage error, before any call.
+func TestResolveCommandRefundsAndOperations(t *testing.T) {
+	t.Parallel()
+	acqURL, lose := lossyAcquirer(t)
+	r := startServe(t, "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--reconcile-every", "1h", "--acquirer", acqURL)
+	m := regexp.MustCompile(`msg="admin listening" addr=(\S+)`).FindStringSubmatch(r.stderr.String())
+	if m == nil {
+		t.Fatalf("serve logged no admin address:\n%s", r.stderr.String())
+	}
+	adminURL := "http://" + m[1]
+	keyFile := filepath.Join(t.TempDir(), "admin-key")
+	if err := os.WriteFile(keyFile, []byte("ak_test_demo\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resolve := func(id string, args ...string) (string, string, error) {
+		var out, errb bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := Main(ctx, append([]string{"resolve", id, "--admin-url", adminURL, "--admin-key-file", keyFile}, args...), &out, &errb)
+		return out.String(), errb.String(), err
+	}
+	post := func(path, key, body string, want int) []byte {
+		t.Helper()
+		c, err := apitest.Do(t, nil, "POST", r.base+path, []byte(body), map[string]string{"Idempotency-Key": key})
+		if err != nil || c.Status != want {
+			t.Fatalf("POST %s: %d %s (%v), want %d", path, c.Status, c.Body, err, want)
+		}
+		return c.Body
+	}
+	var ch, auth, rf struct{ ID string }
+	_ = json.Unmarshal(post("/v1/charges", "captured", `{"order_id": 11, "amount_cents": 900, "payment_token": "tok_ok"}`, 201), &ch)
+	_ = json.Unmarshal(post("/v1/charges", "authorized", `{"order_id": 12, "amount_cents": 800, "payment_token": "tok_ok", "capture_method": "manual"}`, 201), &auth)
+	lose.Store(true)
+	_ = json.Unmarshal(post("/v1/charges/"+ch.ID+"/refunds", "refund-lost", `{"amount_cents": 400}`, 202), &rf)
+	post("/v1/charges/"+auth.ID+"/capture", "capture-lost", `{"amount_cents": 500}`, 202)
+	lose.Store(false)
+
+	// The capture's id, from the stuck list.
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", adminURL+"/admin/v1/charges", nil)
+	req.Header.Set("Authorization", "Bearer ak_test_demo")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Data []struct {
+			Kind      string
+			Operation *struct{ ID string }
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	var capID string
+	for _, row := range list.Data {
+		if row.Kind == "capture" && row.Operation != nil {
+			capID = row.Operation.ID
+		}
+	}
+	if err != nil || capID == "" || !strings.HasPrefix(rf.ID, "re_") {
+		t.Fatalf("no stuck capture listed (%v), or no refund id %q: %+v", err, rf.ID, list)
+	}
+
+	for _, tc := range []struct {
+		id   string
+		args []string
+		want string
+	}{
+		{rf.ID, []string{"--status", "failed", "--decline-code", "x", "--reason", "r"}, "--decline-code is for a charge"},
+		{capID, []string{"--status", "failed", "--decline-code", "x", "--reason", "r"}, "a capture (" + capID + ") takes --failure-reason"},
+		{ch.ID, []string{"--status", "declined", "--failure-reason", "x", "--reason", "r"}, "takes --decline-code"},
+	} {
+		if _, _, err := resolve(tc.id, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("resolve %s %v: %v, want a usage error saying %q", tc.id, tc.args, err, tc.want)
+		}
+	}
+	if _, stderr, err := resolve(rf.ID, "--status", "failed", "--reason", "the bank says it bounced"); err == nil || !strings.Contains(stderr, "Acquirer disagrees") || !strings.Contains(stderr, "found: succeeded") {
+		t.Fatalf("failing a refund the acquirer made: %v\n%s", err, stderr)
+	}
+	out, stderr, err := resolve(rf.ID, "--status", "succeeded", "--reason", "support ticket 21")
+	if err != nil || !strings.Contains(out, `"status": "succeeded"`) || !strings.Contains(out, `"refund"`) || !strings.Contains(out, `"actor": "admin:operator"`) {
+		t.Fatalf("resolve the refund: %v\n%s\n%s", err, out, stderr)
+	}
+	if _, stderr, err := resolve(capID, "--status", "failed", "--reason", "the bank says no"); err == nil || !strings.Contains(stderr, "Acquirer disagrees") {
+		t.Fatalf("failing a capture the acquirer made: %v\n%s", err, stderr)
+	}
+	out, stderr, err = resolve(capID, "--status", "succeeded", "--reason", "support ticket 22")
+	if err != nil || !strings.Contains(out, `"kind": "capture"`) || !strings.Contains(out, `"status": "captured"`) {
+		t.Fatalf("resolve the capture: %v\n%s\n%s", err, out, stderr)
+	}
+	if _, stderr, err := resolve(capID, "--status", "succeeded", "--reason", "again"); err == nil || !strings.Contains(stderr, "Charge not processing") {
+		t.Fatalf("resolving the capture again: %v %s", err, stderr)
+	}
+	if b := post("/v1/charges/"+ch.ID+"/refunds", "refund-lost", `{"amount_cents": 400}`, 201); !strings.Contains(string(b), `"status":"succeeded"`) {
+		t.Fatalf("the refund's retry: %s", b)
+	}
+	if b := post("/v1/charges/"+auth.ID+"/capture", "capture-lost", `{"amount_cents": 500}`, 200); !strings.Contains(string(b), `"status":"captured"`) {
+		t.Fatalf("the capture's retry: %s", b)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	logs := r.stderr.String()
+	for _, want := range []string{`route="POST /admin/v1/refunds/{id}/resolve" status=200`, `route="POST /admin/v1/operations/{id}/resolve" status=200`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %s", want)
+		}
 	}
 }
