@@ -441,7 +441,9 @@ func TestQueueCaptureRace(t *testing.T) {
 			}
 			captures := 0
 			for _, le := range page.Entries {
-				if le.Kind == chargeonce.LedgerCapture && le.Reference == ch {
+				// A capture of an authorization is listed as such, under
+				// the charge's reference (docs/reconciliation.md).
+				if le.Kind == chargeonce.LedgerManualCapture && le.ChargeReference == ch {
 					captures++
 					if le.AmountCents != 2400 {
 						t.Errorf("the ledger's capture: %d cents; want 2400", le.AmountCents)
