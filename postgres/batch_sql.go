@@ -145,20 +145,21 @@ SELECT merchant_id, key FROM k`
 // inserted, with its record, and counted against its charge, only if its
 // charge is captured and has the refund's amount left, as the snapshot
 // sees it; a refund racing another past the captured amount makes the
-// CHECK abort the statement. The charges are read by id alone, as in
-// refundInsertSQL. It returns the inserted ones only, each as
-// refundInsertSQL returns it.
+// CHECK abort the statement. The charges are read once, by id alone, as in
+// refundInsertSQL (their rows as the snapshot saw them, which is what
+// refundInsertSQL returns too). It returns the inserted ones only, each
+// as refundInsertSQL returns it.
 const refundInsertBatchSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
 		$7::text[], $8::bigint[], $9::text[], $10::text[])
 		WITH ORDINALITY AS t(merchant_id, key, fingerprint, token, lease_us, id, charge_id, amount_cents, reason, metadata, n)
 ), ch AS MATERIALIZED (
-	SELECT i.id AS refund_id, i.merchant_id AS asker, i.amount_cents AS asked, c.id, c.merchant_id, c.status, c.currency,
-		COALESCE(c.captured_cents, c.amount_cents) - c.refunded_cents AS remaining
+	SELECT i.id AS refund_id, i.merchant_id AS asker, i.amount_cents AS asked,
+		COALESCE(c.captured_cents, c.amount_cents) - c.refunded_cents AS remaining, c.*
 	FROM input i JOIN charges c ON c.id = i.charge_id
 ), cap AS (
-	SELECT refund_id, id, currency FROM ch
+	SELECT * FROM ch
 	WHERE merchant_id = asker AND status = 'captured' AND remaining >= asked
 ), k AS (
 	INSERT INTO idempotency_keys
@@ -180,7 +181,7 @@ WITH input AS (
 	RETURNING *
 )
 SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
-FROM k JOIN r ON r.id = k.charge_id JOIN charges c ON c.id = r.charge_id
+FROM k JOIN r ON r.id = k.charge_id JOIN cap c ON c.refund_id = r.id
 	LEFT JOIN charge_operations o ON false`
 
 // refundCompleteBatchSQL is refundCompleteSQL for many refunds' records,
