@@ -117,6 +117,9 @@ type ReconMerchantRun struct {
 	From, To   time.Time
 	Charges    int
 	Refunds    int
+	// Operations are the merchant's captures and cancels of
+	// authorizations read for the period.
+	Operations int
 	Matched    int
 	// Counts are the merchant's mismatches by type, every type present.
 	Counts    map[string]int

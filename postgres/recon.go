@@ -99,16 +99,16 @@ RETURNING `+reconRunColumns, run.Acquirer, run.Period, run.From, run.To, string(
 			// The event is written by the statement that first stores the
 			// share: a re-run updates the share and finds the event there.
 			if _, err := tx.Exec(ctx, `WITH share AS (
-	INSERT INTO recon_run_merchants (acquirer, period, merchant_id, id, charges, refunds, matched, counts)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	INSERT INTO recon_run_merchants (acquirer, period, merchant_id, id, charges, refunds, matched, counts, operations)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10)
 	ON CONFLICT (acquirer, period, merchant_id) DO UPDATE SET
 		charges = excluded.charges, refunds = excluded.refunds, matched = excluded.matched,
-		counts = excluded.counts, updated_at = now()
+		counts = excluded.counts, operations = excluded.operations, updated_at = now()
 	RETURNING id
 )
 INSERT INTO webhook_events (id, merchant_id, charge_id, object_id, type)
 SELECT 'evt_' || share.id, $3, share.id, share.id, $9 FROM share
-ON CONFLICT DO NOTHING`, run.Acquirer, run.Period, m.MerchantID, id, m.Charges, m.Refunds, m.Matched, string(mc), chargeonce.EventReconciliationCompleted); err != nil {
+ON CONFLICT DO NOTHING`, run.Acquirer, run.Period, m.MerchantID, id, m.Charges, m.Refunds, m.Matched, string(mc), chargeonce.EventReconciliationCompleted, m.Operations); err != nil {
 				return fmt.Errorf("storing a merchant's share of the run: %w", translate(err))
 			}
 		}
@@ -135,10 +135,10 @@ func (s *Store) ReconMerchantRunGet(ctx context.Context, merchantID, id string) 
 		counts string
 	)
 	err := s.pool.QueryRow(ctx, `SELECT m.id, m.acquirer, m.period, m.merchant_id, r.period_from, r.period_to,
-	m.charges, m.refunds, m.matched, m.counts, r.runs, m.created_at, m.updated_at
+	m.charges, m.refunds, m.operations, m.matched, m.counts, r.runs, m.created_at, m.updated_at
 FROM recon_run_merchants m JOIN recon_runs r ON r.acquirer = m.acquirer AND r.period = m.period
 WHERE m.merchant_id = $1 AND m.id = $2`, merchantID, id).Scan(&m.ID, &m.Acquirer, &m.Period, &m.MerchantID, &m.From, &m.To,
-		&m.Charges, &m.Refunds, &m.Matched, &counts, &m.Runs, &m.CreatedAt, &m.UpdatedAt)
+		&m.Charges, &m.Refunds, &m.Operations, &m.Matched, &counts, &m.Runs, &m.CreatedAt, &m.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.ReconMerchantRun{}, notFound
 	}

@@ -74,3 +74,50 @@ func TestRunSendsCompletedEventPerMerchant(t *testing.T) {
 		})
 	}
 }
+
+// A merchant's share, and so its reconciliation.completed event, counts its
+// captures and cancels of authorizations as it counts charges and refunds.
+func TestCompletedEventCountsOperations(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, kind, acquirer.Options{})
+			captured, voided := e.authorize(t), e.authorize(t)
+			e.settle(t, captured, chargeonce.KindCapture, 0)
+			e.settle(t, voided, chargeonce.KindCancel, 0)
+			rep := e.run(t, 0, 0)
+			if ms := rep.Merchants["demo"]; ms == nil || ms.Operations != 2 {
+				t.Fatalf("demo's summary %+v; want 2 operations", ms)
+			}
+			if _, err := recon.Save(t.Context(), e.recon, rep); err != nil {
+				t.Fatal(err)
+			}
+			page, err := e.store.WebhookEventsList(t.Context(), chargeonce.EventsListParams{MerchantID: "demo", Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range page.Events {
+				if ev.Type != chargeonce.EventReconciliationCompleted {
+					continue
+				}
+				object, err := webhook.EventObject(t.Context(), e.store, ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var o struct {
+					Charges    int `json:"charges"`
+					Operations int `json:"operations"`
+				}
+				if err := json.Unmarshal(object, &o); err != nil {
+					t.Fatal(err)
+				}
+				if o.Charges != 2 || o.Operations != 2 {
+					t.Fatalf("reconciliation.completed shows %s; want 2 charges and 2 operations", object)
+				}
+				return
+			}
+			t.Fatal("no reconciliation.completed event")
+		})
+	}
+}

@@ -157,10 +157,11 @@ type Mismatch struct {
 // MerchantSummary is one merchant's share of a run: what the
 // reconciliation.completed event sent to that merchant carries.
 type MerchantSummary struct {
-	Charges int          `json:"charges"`
-	Refunds int          `json:"refunds"`
-	Matched int          `json:"matched"`
-	Counts  map[Type]int `json:"counts"`
+	Charges    int          `json:"charges"`
+	Refunds    int          `json:"refunds"`
+	Operations int          `json:"operations"`
+	Matched    int          `json:"matched"`
+	Counts     map[Type]int `json:"counts"`
 }
 
 // Report is a run's outcome.
@@ -626,6 +627,9 @@ func (r *run) joinOperation(ref string, our *chargeonce.Charge, ops []chargeonce
 	}
 	if ours != nil {
 		r.report.Operations++
+		if ms := r.merchant(ours.MerchantID); ms != nil {
+			ms.Operations++
+		}
 		m.Kind, m.ObjectReference, m.Merchant = opKind(ours), ours.ID, ours.MerchantID
 		m.OurStatus, m.OurAmountCents, m.OurCurrency, m.OurCreatedAt = string(ours.Status), ours.AmountCents, ours.Currency, ours.CreatedAt.UTC()
 	}
@@ -1069,7 +1073,7 @@ func Save(ctx context.Context, store chargeonce.ReconStore, rep *Report) (charge
 			mc[string(t)] = n
 		}
 		merchants = append(merchants, chargeonce.ReconMerchantRun{
-			MerchantID: id, Charges: ms.Charges, Refunds: ms.Refunds, Matched: ms.Matched, Counts: mc,
+			MerchantID: id, Charges: ms.Charges, Refunds: ms.Refunds, Operations: ms.Operations, Matched: ms.Matched, Counts: mc,
 		})
 	}
 	run, err := store.ReconRunSave(ctx, chargeonce.ReconRun{

@@ -106,6 +106,7 @@ func EncodeMerchantRun(m chargeonce.ReconMerchantRun) []byte {
 		To         string         `json:"to"`
 		Charges    int            `json:"charges"`
 		Refunds    int            `json:"refunds"`
+		Operations int            `json:"operations"`
 		Matched    int            `json:"matched"`
 		Mismatches int            `json:"mismatches"`
 		Counts     map[string]int `json:"counts"`
@@ -114,7 +115,7 @@ func EncodeMerchantRun(m chargeonce.ReconMerchantRun) []byte {
 	}{
 		ID: m.ID, Object: "reconciliation_run", Acquirer: m.Acquirer, Period: m.Period,
 		From: m.From.UTC().Format(time.RFC3339), To: m.To.UTC().Format(time.RFC3339),
-		Charges: m.Charges, Refunds: m.Refunds, Matched: m.Matched, Mismatches: sum(counts), Counts: counts,
+		Charges: m.Charges, Refunds: m.Refunds, Operations: m.Operations, Matched: m.Matched, Mismatches: sum(counts), Counts: counts,
 		Runs: m.Runs, UpdatedAt: m.UpdatedAt.UTC().Format(time.RFC3339Nano),
 	})
 	return b

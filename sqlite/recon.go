@@ -96,12 +96,12 @@ RETURNING `+reconRunColumns, run.Acquirer, run.Period, run.From.UnixMicro(), run
 			// The event is written with the share's first insert: a re-run
 			// updates the share and finds the event there.
 			if _, err := tx.ExecContext(ctx, `INSERT INTO recon_run_merchants
-	(acquirer, period, merchant_id, id, charges, refunds, matched, counts, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, `+nowMicros+`, `+nowMicros+`)
+	(acquirer, period, merchant_id, id, charges, refunds, matched, counts, operations, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, `+nowMicros+`, `+nowMicros+`)
 ON CONFLICT (acquirer, period, merchant_id) DO UPDATE SET
 	charges = excluded.charges, refunds = excluded.refunds, matched = excluded.matched,
-	counts = excluded.counts, updated_at = excluded.updated_at`,
-				run.Acquirer, run.Period, m.MerchantID, id, m.Charges, m.Refunds, m.Matched, string(mc)); err != nil {
+	counts = excluded.counts, operations = excluded.operations, updated_at = excluded.updated_at`,
+				run.Acquirer, run.Period, m.MerchantID, id, m.Charges, m.Refunds, m.Matched, string(mc), m.Operations); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO webhook_events (id, merchant_id, charge_id, object_id, type, created_at)
@@ -126,10 +126,10 @@ func (s *Store) ReconMerchantRunGet(ctx context.Context, merchantID, id string) 
 		from, to, created, updated int64
 	)
 	err := s.rdb.QueryRowContext(ctx, `SELECT m.id, m.acquirer, m.period, m.merchant_id, r.period_from, r.period_to,
-	m.charges, m.refunds, m.matched, m.counts, r.runs, m.created_at, m.updated_at
+	m.charges, m.refunds, m.operations, m.matched, m.counts, r.runs, m.created_at, m.updated_at
 FROM recon_run_merchants m JOIN recon_runs r ON r.acquirer = m.acquirer AND r.period = m.period
 WHERE m.merchant_id = ?1 AND m.id = ?2`, merchantID, id).Scan(&m.ID, &m.Acquirer, &m.Period, &m.MerchantID, &from, &to,
-		&m.Charges, &m.Refunds, &m.Matched, &counts, &m.Runs, &created, &updated)
+		&m.Charges, &m.Refunds, &m.Operations, &m.Matched, &counts, &m.Runs, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return chargeonce.ReconMerchantRun{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "reconciliation run %q not found", id)
 	}
