@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/engine"
@@ -33,19 +32,7 @@ func (q *OperationResolveRequest) Check() error {
 	if q.Status == chargeonce.OperationSucceeded && q.FailureReason != "" {
 		return chargeonce.FieldError("failure_reason", "a succeeded capture or cancel has no failure_reason")
 	}
-	if !chargeonce.ValidText(q.Reason) || !chargeonce.ValidText(q.FailureReason) {
-		return chargeonce.FieldError("reason", "reason and failure_reason must be valid UTF-8 without U+0000")
-	}
-	if strings.TrimSpace(q.Reason) == "" {
-		return chargeonce.FieldError("reason", "reason is required: say why (who at the acquirer confirmed what)")
-	}
-	if n := utf8.RuneCountInString(q.Reason); n > MaxReasonLen {
-		return chargeonce.FieldError("reason", "reason must be at most %d characters; got %d", MaxReasonLen, n)
-	}
-	if len(q.FailureReason) > 64 {
-		return chargeonce.FieldError("failure_reason", "failure_reason must be at most 64 characters")
-	}
-	return nil
+	return checkReasons(q.Reason, q.FailureReason)
 }
 
 // OperationResolution is what a capture's or a cancel's resolution did.

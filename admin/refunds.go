@@ -31,16 +31,22 @@ func (q *RefundResolveRequest) Check() error {
 	if q.Status == chargeonce.RefundSucceeded && q.FailureReason != "" {
 		return chargeonce.FieldError("failure_reason", "a succeeded refund has no failure_reason")
 	}
-	if !chargeonce.ValidText(q.Reason) || !chargeonce.ValidText(q.FailureReason) {
+	return checkReasons(q.Reason, q.FailureReason)
+}
+
+// checkReasons validates an operator's reason and the failure reason a
+// failed refund, capture or cancel is settled with.
+func checkReasons(reason, failure string) error {
+	if !chargeonce.ValidText(reason) || !chargeonce.ValidText(failure) {
 		return chargeonce.FieldError("reason", "reason and failure_reason must be valid UTF-8 without U+0000")
 	}
-	if strings.TrimSpace(q.Reason) == "" {
+	if strings.TrimSpace(reason) == "" {
 		return chargeonce.FieldError("reason", "reason is required: say why (who at the acquirer confirmed what)")
 	}
-	if n := utf8.RuneCountInString(q.Reason); n > MaxReasonLen {
+	if n := utf8.RuneCountInString(reason); n > MaxReasonLen {
 		return chargeonce.FieldError("reason", "reason must be at most %d characters; got %d", MaxReasonLen, n)
 	}
-	if len(q.FailureReason) > 64 {
+	if len(failure) > 64 {
 		return chargeonce.FieldError("failure_reason", "failure_reason must be at most 64 characters")
 	}
 	return nil
