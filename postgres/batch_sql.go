@@ -122,23 +122,29 @@ func insertedRecord(p chargeonce.KeyInsertParams, leaseUntil, createdAt time.Tim
 // row, as it does for the single statement; the settlement events trigger
 // (0011) fires once for the statement and records the events of all its
 // charges in one INSERT.
-const keyCompleteBatchSQL = `
+const keyCompleteBatchSQL = completeBatchCTE + `, c AS (
+	UPDATE charges
+	SET status = k.final_status, decline_code = NULLIF(k.reason, ''), updated_at = now()
+	FROM k WHERE charges.id = k.charge_id
+)
+SELECT merchant_id, key FROM k`
+
+// completeBatchCTE completes many records under their tokens (k), from
+// completeBatch's arguments: each record's final status and reason (a
+// charge's status and decline code, a refund's status and failure reason)
+// are returned with it for what the statement settles next.
+const completeBatchCTE = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::bytea[], $6::text[], $7::text[], $8::bigint[])
-		AS t(merchant_id, key, token, response_status, response_body, charge_status, decline_code, ttl_us)
+		AS t(merchant_id, key, token, response_status, response_body, final_status, reason, ttl_us)
 ), k AS (
 	UPDATE idempotency_keys i
 	SET state = 'completed', response_status = input.response_status, response_body = input.response_body,
 		updated_at = now(), expires_at = now() + input.ttl_us * interval '1 microsecond'
 	FROM input
 	WHERE i.merchant_id = input.merchant_id AND i.key = input.key AND i.token = input.token AND i.state = 'processing'
-	RETURNING i.merchant_id, i.key, i.charge_id, input.charge_status, input.decline_code
-), c AS (
-	UPDATE charges
-	SET status = k.charge_status, decline_code = NULLIF(k.decline_code, ''), updated_at = now()
-	FROM k WHERE charges.id = k.charge_id
-)
-SELECT merchant_id, key FROM k`
+	RETURNING i.merchant_id, i.key, i.charge_id, input.final_status, input.reason
+)`
 
 // refundInsertBatchSQL is refundInsertSQL for many refunds of distinct
 // charges and keys in one statement (queueRefundInserts): each refund is
@@ -189,20 +195,9 @@ FROM k JOIN r ON r.id = k.charge_id JOIN cap c ON c.refund_id = r.id
 // complete under their tokens, their refunds take their final statuses,
 // and the charges of those that failed or were canceled get their amounts
 // back, summed per charge.
-const refundCompleteBatchSQL = `
-WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::bytea[], $6::text[], $7::text[], $8::bigint[])
-		AS t(merchant_id, key, token, response_status, response_body, refund_status, failure_reason, ttl_us)
-), k AS (
-	UPDATE idempotency_keys i
-	SET state = 'completed', response_status = input.response_status, response_body = input.response_body,
-		updated_at = now(), expires_at = now() + input.ttl_us * interval '1 microsecond'
-	FROM input
-	WHERE i.merchant_id = input.merchant_id AND i.key = input.key AND i.token = input.token AND i.state = 'processing'
-	RETURNING i.merchant_id, i.key, i.charge_id, input.refund_status, input.failure_reason
-), r AS (
+const refundCompleteBatchSQL = completeBatchCTE + `, r AS (
 	UPDATE refunds
-	SET status = k.refund_status, failure_reason = NULLIF(k.failure_reason, ''), updated_at = now()
+	SET status = k.final_status, failure_reason = NULLIF(k.reason, ''), updated_at = now()
 	FROM k WHERE refunds.id = k.charge_id AND refunds.status = 'pending'
 	RETURNING refunds.charge_id, refunds.amount_cents, refunds.status
 ), c AS (
