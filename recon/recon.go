@@ -279,41 +279,14 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 			our = &c
 			ours.next()
 		}
-		ourRefund = ourRefund[:0]
-		for {
-			or, err := refunds.peek(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if or == nil || or.ChargeID != ref {
-				break
-			}
-			ourRefund = append(ourRefund, *or)
-			refunds.next()
+		if ourRefund, err = takeRef(ctx, refunds, ref, ourRefund[:0], func(r *chargeonce.Refund) string { return r.ChargeID }); err != nil {
+			return nil, err
 		}
-		ourOps = ourOps[:0]
-		for {
-			oo, err := ops.peek(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if oo == nil || oo.ChargeID != ref {
-				break
-			}
-			ourOps = append(ourOps, *oo)
-			ops.next()
+		if ourOps, err = takeRef(ctx, ops, ref, ourOps[:0], func(o *chargeonce.ReconOperation) string { return o.ChargeID }); err != nil {
+			return nil, err
 		}
-		group = group[:0]
-		for {
-			le, err := theirs.peek(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if le == nil || le.ChargeReference != ref {
-				break
-			}
-			group = append(group, *le)
-			theirs.next()
+		if group, err = takeRef(ctx, theirs, ref, group[:0], func(e *chargeonce.LedgerEntry) string { return e.ChargeReference }); err != nil {
+			return nil, err
 		}
 		if our == nil && (len(ourRefund) > 0 || len(ourOps) > 0 ||
 			hasKind(group, chargeonce.LedgerRefund) || hasKind(group, chargeonce.LedgerManualCapture) || hasKind(group, chargeonce.LedgerVoid)) {
@@ -970,6 +943,28 @@ func (r *run) remove(idx []int) {
 			ms.Counts[m.Type]--
 		}
 		r.report.Mismatches = slices.Delete(r.report.Mismatches, idx[k], idx[k]+1)
+	}
+}
+
+// stream is one side of the join, read in reference order.
+type stream[T any] interface {
+	peek(ctx context.Context) (*T, error)
+	next()
+}
+
+// takeRef appends to dst, and takes off s, the items at its head whose
+// charge reference (ref of an item) is ref.
+func takeRef[T any](ctx context.Context, s stream[T], ref string, dst []T, refOf func(*T) string) ([]T, error) {
+	for {
+		v, err := s.peek(ctx)
+		if err != nil {
+			return dst, err
+		}
+		if v == nil || refOf(v) != ref {
+			return dst, nil
+		}
+		dst = append(dst, *v)
+		s.next()
 	}
 }
 
