@@ -225,12 +225,9 @@ func isCheckViolation(err error) bool {
 // refundRefused builds the answer to a refund the database refused:
 // EREFUNDEXCEEDS naming what remains now.
 func (s *Store) refundRefused(ctx context.Context, rf chargeonce.Refund) error {
-	var remaining int64
-	var currency, status string
-	err := s.pool.QueryRow(ctx, `SELECT COALESCE(captured_cents, amount_cents) - refunded_cents, currency, status FROM charges WHERE merchant_id = $1 AND id = $2`,
-		rf.MerchantID, rf.ChargeID).Scan(&remaining, &currency, &status)
+	remaining, currency, _, err := s.refundedCharge(ctx, rf)
 	if err != nil {
-		return fmt.Errorf("reading the refunded charge: %w", translate(err))
+		return err
 	}
 	return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, remaining, currency)
 }
@@ -239,22 +236,30 @@ func (s *Store) refundRefused(ctx context.Context, rf chargeonce.Refund) error {
 // ENOTFOUND, ENOTREFUNDABLE for a charge not captured, EREFUNDEXCEEDS for
 // one without rf's amount left; nil when it could be.
 func (s *Store) refundable(ctx context.Context, rf chargeonce.Refund) error {
-	ch, err := s.ChargeGet(ctx, rf.MerchantID, rf.ChargeID)
-	if err != nil {
+	remaining, currency, status, err := s.refundedCharge(ctx, rf)
+	switch {
+	case err != nil:
 		return err
-	}
-	if ch.Status != chargeonce.StatusCaptured {
-		return chargeonce.NotRefundable(ch.ID, ch.Status)
-	}
-	var remaining int64
-	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(captured_cents, amount_cents) - refunded_cents FROM charges WHERE merchant_id = $1 AND id = $2`,
-		rf.MerchantID, rf.ChargeID).Scan(&remaining); err != nil {
-		return fmt.Errorf("reading the refunded charge: %w", translate(err))
-	}
-	if remaining < max(rf.AmountCents, 1) {
-		return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, remaining, ch.Currency)
+	case status != chargeonce.StatusCaptured:
+		return chargeonce.NotRefundable(rf.ChargeID, status)
+	case remaining < max(rf.AmountCents, 1):
+		return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, remaining, currency)
 	}
 	return nil
+}
+
+// refundedCharge reads what rf's charge may still refund, its currency and
+// its status; ENOTFOUND when the merchant has no such charge.
+func (s *Store) refundedCharge(ctx context.Context, rf chargeonce.Refund) (remaining int64, currency string, status chargeonce.Status, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT COALESCE(captured_cents, amount_cents) - refunded_cents, currency, status FROM charges WHERE merchant_id = $1 AND id = $2`,
+		rf.MerchantID, rf.ChargeID).Scan(&remaining, &currency, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", "", chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", rf.ChargeID)
+	}
+	if err != nil {
+		return 0, "", "", fmt.Errorf("reading the refunded charge: %w", translate(err))
+	}
+	return remaining, currency, status, nil
 }
 
 // refundCompleteSQL settles a refund's record as a compare-and-set on the
