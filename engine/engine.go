@@ -120,6 +120,10 @@ type Options struct {
 	// (insert, capture, settle) appends nothing. Nil: the store, if it
 	// keeps history.
 	History chargeonce.HistoryAppender
+	// Settled, when set, is called with the merchant of every record this
+	// engine settled (attempts' and recovery's), once its settlement and
+	// its event are committed. It must not block (webhook.Sender.Nudge).
+	Settled func(merchantID string)
 }
 
 // Observer receives the engine's events for metrics. Implementations must
@@ -781,6 +785,9 @@ func (e *Engine) settle(ctx context.Context, rec *chargeonce.KeyRecord, token st
 	err := e.complete(base, p)
 	switch {
 	case err == nil:
+		if e.opts.Settled != nil {
+			e.opts.Settled(rec.MerchantID)
+		}
 		return resp
 	case chargeonce.ErrorCode(err) == chargeonce.ESTALE:
 		// Another attempt took the record over (our lease ended) and may

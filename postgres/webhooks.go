@@ -416,10 +416,33 @@ const DeliveryMaxConns = 2
 
 // deliveryPool is the sender's pool, opened on first use from the main
 // pool's configuration; the main pool if it cannot be.
+//
+// On a connection of its own (no pooler) its sessions commit without
+// waiting for the WAL flush (synchronous_commit = off): what they write is
+// the senders' bookkeeping (claims, attempts, the endpoints' failure
+// clocks), never money, and deliveries are at least once (SPEC), so a
+// commit lost to a crash of PostgreSQL within the WAL writer's delay costs
+// a delivery sent again, which receivers deduplicate by webhook-id. The
+// settlements' events and deliveries themselves are written by the
+// charges' own transactions, as durable as the charge. Behind a pooler a
+// session setting would reach other clients' transactions, so there the
+// sender's commits wait as every other's.
 func (s *Store) deliveryPool() *pgxpool.Pool {
 	s.deliveriesOnce.Do(func() {
 		cfg := s.pool.Config()
 		cfg.MaxConns, cfg.MinConns = DeliveryMaxConns, 0
+		if !s.pooled {
+			after := cfg.AfterConnect
+			cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+				if after != nil {
+					if err := after(ctx, c); err != nil {
+						return err
+					}
+				}
+				_, err := c.Exec(ctx, "SET synchronous_commit = off")
+				return err
+			}
+		}
 		if p, err := pgxpool.NewWithConfig(context.Background(), cfg); err == nil {
 			s.deliveries = p
 		}

@@ -62,6 +62,9 @@ const (
 	objectReads = 2
 	// maxRetryAfter caps a receiver's Retry-After.
 	maxRetryAfter = 24 * time.Hour
+	// nudgeWindow is how long after its last claimed delivery a merchant's
+	// settlements still wake an idle sender (Nudge).
+	nudgeWindow = 10 * time.Minute
 )
 
 // Schedule is how long a failed delivery waits before its next try: after
@@ -135,8 +138,12 @@ type Sender struct {
 	claimed  sync.WaitGroup   // one per delivery claimed and not yet recorded or dropped
 	senders  sync.WaitGroup   // the lanes' goroutines
 	wake     chan struct{}
-	results  chan chargeonce.WebhookFinish
-	reads    chan struct{} // objectReads tokens
+	nudge    chan struct{}
+	// recent holds the merchants whose deliveries this sender claimed
+	// lately, with when (unix nanoseconds): their settlements nudge it.
+	recent  sync.Map
+	results chan chargeonce.WebhookFinish
+	reads   chan struct{} // objectReads tokens
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -178,7 +185,7 @@ func NewSender(store chargeonce.Store, o SenderOptions) *Sender {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Sender{
-		store: store, o: o, inflight: map[string]int{}, lanes: map[string]*lane{}, wake: make(chan struct{}, 1),
+		store: store, o: o, inflight: map[string]int{}, lanes: map[string]*lane{}, wake: make(chan struct{}, 1), nudge: make(chan struct{}, 1),
 		// Never full: it holds at most the deliveries claimed.
 		results: make(chan chargeonce.WebhookFinish, o.Workers),
 		reads:   make(chan struct{}, objectReads),
@@ -250,6 +257,16 @@ func (s *Sender) Start(ctx context.Context) {
 				return
 			case <-poll.C:
 			case <-s.wake:
+			case <-s.nudge:
+				// A settlement that likely owes a delivery: look again
+				// within firstIdlePoll rather than after the idle
+				// back-off (up to Every), but no sooner, so that a stream
+				// of settlements is claimed in batches.
+				if idle > firstIdlePoll {
+					idle = firstIdlePoll
+					poll.Reset(idle)
+				}
+				continue
 			}
 			n := s.dispatch(ctx)
 			// The next look: soon after a round that found work, then
@@ -277,6 +294,24 @@ func (s *Sender) Stop() {
 	}
 	s.cancel()
 	<-s.done
+}
+
+// Nudge tells the sender that a record of merchant was just settled, its
+// event written: when this sender claimed deliveries of that merchant
+// lately (nudgeWindow), the settlement likely owes one too, and a sender
+// idling after a quiet spell looks again within firstIdlePoll instead of
+// up to Every later. Settlements of merchants it has not delivered to
+// lately are found by the polls. It never blocks; the engine calls it
+// after every settlement (engine.Options.Settled).
+func (s *Sender) Nudge(merchant string) {
+	v, ok := s.recent.Load(merchant)
+	if !ok || time.Since(time.Unix(0, v.(int64))) > nudgeWindow {
+		return
+	}
+	select {
+	case s.nudge <- struct{}{}:
+	default:
+	}
 }
 
 // RunOnce delivers what is due, round after round (each bounded by
@@ -344,6 +379,7 @@ func (s *Sender) dispatch(ctx context.Context) int {
 		return 0
 	}
 	now := time.Now()
+	s.remember(ds, now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range ds {
@@ -366,6 +402,27 @@ func (s *Sender) dispatch(ctx context.Context) int {
 		}
 	}
 	return len(ds)
+}
+
+// remember notes the merchants of the claimed deliveries ds as delivered
+// to lately (Nudge), and forgets those whose last claim is older than
+// nudgeWindow.
+func (s *Sender) remember(ds []chargeonce.WebhookDelivery, now time.Time) {
+	last := ""
+	for _, d := range ds {
+		if m := d.Event.MerchantID; m != last {
+			s.recent.Store(m, now.UnixNano())
+			last = m
+		}
+	}
+	if len(ds) == 0 {
+		s.recent.Range(func(k, v any) bool {
+			if now.Sub(time.Unix(0, v.(int64))) > nudgeWindow {
+				s.recent.Delete(k)
+			}
+			return true
+		})
+	}
 }
 
 // runLane sends an endpoint's claimed deliveries one after the other until

@@ -145,6 +145,8 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 	// the engine goes through the cache; the API's reads, recovery's scans
 	// and the sweeper use the store itself.
 	replays := replaycache.New(store, replaycache.Options{})
+	sender := webhook.NewSender(store, webhook.SenderOptions{Every: f.webhooks.every, Scale: f.webhooks.scale,
+		AllowPrivate: f.webhooks.allowPrivate, Logger: log, Observer: m.Webhooks()})
 	eng := engine.New(replays, acq, engine.Options{
 		Lease:           f.lease,
 		AcquirerTimeout: f.acq.timeout,
@@ -156,6 +158,9 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		Observer:        m,
 		// The cache keeps no history; the store does (both stores).
 		History: historyOf(raw),
+		// A settlement of a merchant the sender delivers to brings its
+		// next look forward (webhook.Sender.Nudge).
+		Settled: sender.Nudge,
 	})
 	m.Pool(poolStats(raw))
 	return &runtime{
@@ -168,8 +173,7 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		rescuer:  recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
 		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept,
 			Canceler: eng, AuthorizationTTL: f.authorizationTTL}),
-		sender: webhook.NewSender(store, webhook.SenderOptions{Every: f.webhooks.every, Scale: f.webhooks.scale,
-			AllowPrivate: f.webhooks.allowPrivate, Logger: log, Observer: m.Webhooks()}),
+		sender: sender,
 	}, nil
 }
 
