@@ -68,8 +68,8 @@ type downAcquirer struct {
 	// loseAuthorizations: the acquirer authorizes a manual charge, and
 	// its answer is lost on the way back.
 	loseAuthorizations atomic.Bool
-	mu             sync.Mutex
-	sent           map[string]int
+	mu                 sync.Mutex
+	sent               map[string]int
 }
 
 func (a *downAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
