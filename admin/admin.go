@@ -120,11 +120,13 @@ type ResolveRequest struct {
 
 // Check validates the request.
 func (q *ResolveRequest) Check() error {
-	if q.Status != chargeonce.StatusCaptured && q.Status != chargeonce.StatusDeclined {
-		return chargeonce.FieldError("status", "status must be captured or declined")
+	switch q.Status {
+	case chargeonce.StatusCaptured, chargeonce.StatusAuthorized, chargeonce.StatusDeclined:
+	default:
+		return chargeonce.FieldError("status", "status must be captured or declined (a charge with automatic capture), or authorized or declined (capture_method manual)")
 	}
-	if q.Status == chargeonce.StatusCaptured && q.DeclineCode != "" {
-		return chargeonce.FieldError("decline_code", "a captured charge has no decline_code")
+	if q.Status != chargeonce.StatusDeclined && q.DeclineCode != "" {
+		return chargeonce.FieldError("decline_code", "only a declined charge has a decline_code; this one is resolved %s", q.Status)
 	}
 	if !chargeonce.ValidText(q.Reason) || !chargeonce.ValidText(q.DeclineCode) {
 		return chargeonce.FieldError("reason", "reason and decline_code must be valid UTF-8 without U+0000")
@@ -141,6 +143,25 @@ func (q *ResolveRequest) Check() error {
 	return nil
 }
 
+// Fits refuses a decision the charge's capture method rules out, with an
+// EINVALID error naming status: the acquirer was asked to capture an
+// automatic charge, which it captured or declined, and only to authorize a
+// manual one (capture_method manual), which it authorized or declined. An
+// operator who knows an authorization was captured elsewhere cannot say
+// so here: its charge is resolved authorized, and captured through the
+// merchant API, so that the capture, its amount and its event are the
+// protocol's own.
+func (q *ResolveRequest) Fits(ch *chargeonce.Charge) error {
+	manual := ch.CaptureMethod == chargeonce.CaptureManual
+	switch {
+	case manual && q.Status == chargeonce.StatusCaptured:
+		return chargeonce.FieldError("status", "charge %s has capture_method manual: the acquirer was only asked to authorize it, so it is resolved authorized or declined, never captured (capture it afterwards with POST /v1/charges/%s/capture)", ch.ID, ch.ID)
+	case !manual && q.Status == chargeonce.StatusAuthorized:
+		return chargeonce.FieldError("status", "charge %s captures automatically: it is resolved captured or declined; authorized is only for a charge with capture_method manual", ch.ID)
+	}
+	return nil
+}
+
 // Resolution is what a resolution did.
 type Resolution struct {
 	Charge chargeonce.Charge
@@ -152,14 +173,32 @@ type Resolution struct {
 // Resolve settles a processing charge as admin decided (SPEC "POST
 // /admin/v1/charges/{id}/resolve"), under the rules every kind shares (see
 // resolveRecord): the acquirer is asked what happened to the charge's
-// reference (Acquirer.Lookup); a capture it holds contradicts "declined"
-// and a decline "captured"; a PaymentIntent that succeeded or may still
-// move money binds, so it cannot be declined even when forced. A declined
-// charge's decline code is the operator's, else the acquirer's, else
-// DefaultDeclineCode.
+// reference (Acquirer.Lookup); a capture (or, for a manual charge, an
+// authorization) it holds contradicts "declined", and a decline "captured"
+// or "authorized"; a PaymentIntent that succeeded, holds an authorization
+// or may still move money binds, so it cannot be declined even when
+// forced. A charge is resolved as its capture method allows (see Fits):
+// captured or declined with automatic capture, authorized or declined with
+// capture_method manual, which settles it as the engine settles an
+// authorization (its answer, and no event: an authorization records none),
+// to be captured or canceled through the merchant API afterwards. A
+// declined charge's decline code is the operator's, else the acquirer's,
+// else DefaultDeclineCode.
 func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveRequest) (Resolution, error) {
 	if err := q.Check(); err != nil {
 		return Resolution{}, err
+	}
+	if kindOf(chargeID) == chargeonce.KindCharge {
+		// The capture method is read before anything is claimed, so that
+		// a decision it rules out changes nothing: no claim, no lookup, no
+		// history. It never changes, so the claim cannot see another.
+		in, err := s.ops.ChargeInspect(ctx, chargeID)
+		if err != nil {
+			return Resolution{}, err
+		}
+		if err := q.Fits(&in.Charge); err != nil {
+			return Resolution{}, err
+		}
 	}
 	var final chargeonce.Charge
 	res, err := s.resolveRecord(ctx, admin, decision{

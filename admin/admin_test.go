@@ -65,8 +65,11 @@ type downAcquirer struct {
 	// loseOperations: the acquirer captures or voids an authorization,
 	// and its answer is lost on the way back.
 	loseOperations atomic.Bool
-	mu             sync.Mutex
-	sent           map[string]int
+	// loseAuthorizations: the acquirer authorizes a manual charge, and
+	// its answer is lost on the way back.
+	loseAuthorizations atomic.Bool
+	mu                 sync.Mutex
+	sent               map[string]int
 }
 
 func (a *downAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
@@ -107,7 +110,8 @@ func (a *downAcquirer) RefundLookup(ctx context.Context, req chargeonce.LookupRe
 }
 
 // Authorize sends the authorization on, unless down, counted as a
-// capture of the charge's reference.
+// capture of the charge's reference; with loseAuthorizations set, the
+// acquirer authorizes and its answer is lost.
 func (a *downAcquirer) Authorize(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
 	a.mu.Lock()
 	a.sent[req.Reference]++
@@ -115,7 +119,11 @@ func (a *downAcquirer) Authorize(ctx context.Context, req chargeonce.CaptureRequ
 	if a.down.Load() {
 		return chargeonce.CaptureResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
 	}
-	return a.next.(chargeonce.ManualCapturer).Authorize(ctx, req)
+	res, err := a.next.(chargeonce.ManualCapturer).Authorize(ctx, req)
+	if err == nil && a.loseAuthorizations.Load() {
+		return chargeonce.CaptureResult{}, errors.New("read tcp 127.0.0.1:51238->127.0.0.1:8082: connection reset by peer")
+	}
+	return res, err
 }
 
 // CaptureAuthorized sends the capture on, counted per operation

@@ -103,7 +103,7 @@ type BulkOutcome struct {
 
 // bulkSettle is "look up all and settle those the acquirer answers" for
 // the stuck charges of one cause: each is looked up, and one the acquirer
-// answers (captured, or declined) is resolved as it says, through
+// answers (captured, authorized, or declined) is resolved as it says, through
 // Resolve: the same claim, lookup, rules and one audit entry per charge as
 // a single resolution. Charges the acquirer cannot answer for, or never
 // saw (recovery sends those again), are left as they are.
@@ -140,6 +140,10 @@ func (s *Server) bulkSettle(w http.ResponseWriter, r *http.Request, ss *session)
 		switch o.Acquirer.Kind {
 		case "captured":
 			status = chargeonce.StatusCaptured
+		case "authorized":
+			// Only an authorization is found authorized: its charge is
+			// manual, and settles so.
+			status = chargeonce.StatusAuthorized
 		case "declined":
 			status = chargeonce.StatusDeclined
 		default:

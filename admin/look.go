@@ -12,7 +12,8 @@ import (
 // AcquirerView is what the acquirer says about a charge now, in plain
 // words, for the operator to read before choosing an outcome.
 type AcquirerView struct {
-	// Kind is captured, declined, never-seen, open, unsure or failed.
+	// Kind is captured, authorized (a manual charge's authorization),
+	// declined, never-seen, open, unsure or failed.
 	Kind string
 	// Plain is the answer in a sentence.
 	Plain string
@@ -32,8 +33,14 @@ func (v AcquirerView) Warning(decision chargeonce.Status) string {
 		return "The acquirer says it never saw this charge: by its account no money moved. Settling it as captured tells the merchant it was paid, and they will ship. Do it only if the acquirer's support confirmed a capture under another reference."
 	case v.Kind == "captured" && decision == chargeonce.StatusDeclined:
 		return "The acquirer says this charge was captured: the money moved. Declining it tells the merchant it was not paid while the customer was charged; the way back is a refund, not a decline."
+	case v.Kind == "never-seen" && decision == chargeonce.StatusAuthorized:
+		return "The acquirer says it never saw this charge: by its account nothing is held on the card. Settling it as authorized tells the merchant they may capture it, and the capture would fail. Do it only if the acquirer's support confirmed the authorization under another reference."
+	case v.Kind == "authorized" && decision == chargeonce.StatusDeclined:
+		return "The acquirer says it authorized this charge: the amount is held on the customer's card. Declining it tells the merchant it failed while the hold stays; settle it authorized, then cancel it, to release the hold."
 	case v.Kind == "declined" && decision == chargeonce.StatusCaptured:
 		return "The acquirer says this charge was declined: no money moved. Settling it as captured tells the merchant it was paid."
+	case v.Kind == "declined" && decision == chargeonce.StatusAuthorized:
+		return "The acquirer says this charge was declined: nothing is held on the card. Settling it as authorized tells the merchant they may capture it."
 	case v.Kind == "open" && decision == chargeonce.StatusDeclined:
 		return "The acquirer's payment may still move money; it cannot be declined."
 	case v.Kind == "unsure" || v.Kind == "failed":
@@ -49,6 +56,8 @@ func (v AcquirerView) Contradicts(decision chargeonce.Status) bool {
 		return true
 	case "captured":
 		return decision != chargeonce.StatusCaptured
+	case "authorized":
+		return decision != chargeonce.StatusAuthorized
 	case "declined":
 		return decision != chargeonce.StatusDeclined
 	}
@@ -63,6 +72,8 @@ func plainLookup(lr chargeonce.LookupResult, err error) AcquirerView {
 		return AcquirerView{Kind: "failed", Plain: "The acquirer could not be asked: nothing is known about this charge.", Raw: raw}
 	case lr.Status == chargeonce.LookupFound && lr.Result.Status == chargeonce.StatusCaptured:
 		return AcquirerView{Kind: "captured", Plain: "The acquirer captured this charge: the money moved.", Raw: raw}
+	case lr.Status == chargeonce.LookupFound && lr.Result.Status == chargeonce.StatusAuthorized:
+		return AcquirerView{Kind: "authorized", Plain: "The acquirer authorized this charge: the amount is held on the card, and nothing was captured.", Raw: raw}
 	case lr.Status == chargeonce.LookupFound:
 		code := ""
 		if lr.Result.DeclineCode != "" {
@@ -131,6 +142,8 @@ func Human(e chargeonce.HistoryEntry) string {
 		return "the acquirer never saw it"
 	case strings.Contains(raw, "found: captured"):
 		return "the acquirer says captured"
+	case strings.Contains(raw, "found: authorized"):
+		return "the acquirer says authorized"
 	case strings.Contains(raw, "found: declined"):
 		return "the acquirer says declined"
 	case strings.Contains(raw, "error"):

@@ -17,7 +17,8 @@ var _ chargeonce.OperatorStore = (*Store)(nil)
 // chargeColumnsC are chargeColumns for a query that names charges "c".
 const chargeColumnsC = `
 	c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
-	c.currency, c.payment_token, c.description, c.status, c.decline_code, c.created_at, c.metadata`
+	c.currency, c.payment_token, c.description, c.status, c.decline_code, c.created_at, c.metadata,
+	c.capture_method, c.captured_cents`
 
 // historyColumnsH are the columns scanHistory reads, for a query that names
 // charge_history "h".
@@ -89,7 +90,8 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 		var (
 			sc                              chargeonce.StuckCharge
 			status                          string
-			declineCode, metadata           *string
+			declineCode, metadata, method   *string
+			captured                        *int64
 			rID, rCurrency, rStatus, rWhy   *string
 			rAmount                         *int64
 			rAt                             *time.Time
@@ -102,7 +104,7 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 		)
 		c := &sc.Charge
 		if err := rows.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-			&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
+			&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata, &method, &captured,
 			&sc.Age, &sc.Attempts, &sc.NextAttempt, &sc.InFlight,
 			&rID, &rAmount, &rCurrency, &rStatus, &rWhy, &rAt,
 			&op.id, &op.kind, &op.key, &op.amount, &op.currency, &op.status, &op.created,
@@ -117,6 +119,7 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 		if declineCode != nil {
 			c.DeclineCode = *declineCode
 		}
+		setCapture(c, method, captured)
 		if rID != nil {
 			sc.Refund = &chargeonce.Refund{
 				ID: *rID, MerchantID: c.MerchantID, ChargeID: c.ID, AmountCents: *rAmount, Currency: *rCurrency,
@@ -178,11 +181,13 @@ func (s *Store) OperationInspect(ctx context.Context, id string) (chargeonce.Ope
 		status      string
 		declineCode *string
 		metadata    *string
+		method      *string
+		captured    *int64
 	)
 	c := &in.Charge
 	dest := append(op.dest(), &in.UpdatedAt,
 		&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
+		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata, &method, &captured,
 		&state, &attempts, &leaseUntil, &inFlight)
 	err := s.pool.QueryRow(ctx, `
 SELECT `+operationColumns+`, o.updated_at, `+chargeColumnsC+`, k.state, k.recovery_attempts, k.lease_until,
@@ -204,6 +209,7 @@ WHERE o.id = $1`, id).Scan(dest...)
 	if declineCode != nil {
 		c.DeclineCode = *declineCode
 	}
+	setCapture(c, method, captured)
 	in.Operation = *op.operation()
 	in.Age = time.Duration(*op.age) * time.Microsecond
 	if state != nil {
@@ -257,6 +263,8 @@ func (s *Store) ChargeInspect(ctx context.Context, id string) (chargeonce.Charge
 		status      string
 		declineCode *string
 		metadata    *string
+		method      *string
+		captured    *int64
 	)
 	c := &in.Charge
 	err := s.pool.QueryRow(ctx, `
@@ -265,7 +273,7 @@ SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, k.state, k.recove
 FROM charges c
 LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
 WHERE c.id = $1`, id).Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
+		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata, &method, &captured,
 		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil, &inFlight)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
@@ -280,6 +288,7 @@ WHERE c.id = $1`, id).Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, 
 	if declineCode != nil {
 		c.DeclineCode = *declineCode
 	}
+	setCapture(c, method, captured)
 	if state != nil {
 		in.HasRecord, in.State, in.Attempts, in.NextAttempt = true, chargeonce.KeyState(*state), *attempts, *leaseUntil
 		in.InFlight = *inFlight

@@ -31,6 +31,7 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"StuckOperationFailedFreesCharge", testStuckOperationFailedFreesCharge},
 		{"ResolveOperationRacesRecovery", testResolveOperationRacesRecovery},
 		{"CommonPathWritesNoHistory", testCommonPathWritesNoHistory},
+		{"InspectKeepsCaptureMethod", testInspectKeepsCaptureMethod},
 		{"HistoryAppendsInOrder", testHistoryAppendsInOrder},
 		{"ResolveTakesOverAndAudits", testResolveTakesOverAndAudits},
 		{"ResolveNotProcessing", testResolveNotProcessing},
@@ -354,6 +355,33 @@ func testCommonPathWritesNoHistory(t *testing.T, s chargeonce.Store, o chargeonc
 	}
 	_, err = o.ChargeInspect(t.Context(), "ch_nope")
 	wantCode(t, "ChargeInspect(unknown)", err, chargeonce.ENOTFOUND)
+}
+
+// testInspectKeepsCaptureMethod: the operators' reads of a manual charge
+// (ChargeInspect, ChargesListStuck) carry its capture method, as the
+// merchant's reads do: an operator resolves a stuck authorization
+// "authorized", never "captured", and the console offers that by it.
+func testInspectKeepsCaptureMethod(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	p := newIntent("m-auth", "stuck-auth")
+	p.Charge.CaptureMethod = chargeonce.CaptureManual
+	insert(t, s, p)
+	in, err := o.ChargeInspect(t.Context(), p.Charge.ID)
+	if err != nil || in.Charge.CaptureMethod != chargeonce.CaptureManual || in.Charge.Status != chargeonce.StatusProcessing {
+		t.Fatalf("ChargeInspect of a processing manual charge = %+v, %v; want capture method manual", in.Charge, err)
+	}
+	page, err := o.ChargesListStuck(t.Context(), chargeonce.StuckListParams{Limit: 10, IncludeLeased: true})
+	if err != nil || len(page.Charges) != 1 || page.Charges[0].Charge.CaptureMethod != chargeonce.CaptureManual {
+		t.Fatalf("ChargesListStuck with a manual charge = %+v, %v; want its capture method", page.Charges, err)
+	}
+	auth := authorizedCharge(t, s, "m-auth", 300)
+	if in, err := o.ChargeInspect(t.Context(), auth.ID); err != nil || in.Charge.CaptureMethod != chargeonce.CaptureManual {
+		t.Fatalf("ChargeInspect of an authorization = %+v, %v; want capture method manual", in.Charge, err)
+	}
+	auto := newIntent("m-auth", "stuck-auto")
+	insert(t, s, auto)
+	if in, err := o.ChargeInspect(t.Context(), auto.Charge.ID); err != nil || in.Charge.CaptureMethod != "" {
+		t.Fatalf("ChargeInspect of an automatic charge = %+v, %v; want no capture method", in.Charge, err)
+	}
 }
 
 func testHistoryAppendsInOrder(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {

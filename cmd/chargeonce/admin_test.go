@@ -50,7 +50,9 @@ func TestAdminAddrRefusals(t *testing.T) {
 // happened but whose reply was lost (202, processing), then `chargeonce
 // resolve`: declining it is refused because the acquirer holds the
 // capture; settling it as captured works, is audited under the admin's
-// name, and the merchant's retry replays it.
+// name, and the merchant's retry replays it. A manual-capture charge whose
+// authorization's reply was lost is refused captured and resolved
+// authorized, and its retry replays the authorization.
 func TestResolveCommand(t *testing.T) {
 	t.Parallel()
 	r := startServe(t, "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--reconcile-every", "1h")
@@ -94,6 +96,27 @@ func TestResolveCommand(t *testing.T) {
 	c, err = apitest.Do(t, nil, "POST", r.base+"/v1/charges", body, map[string]string{"Idempotency-Key": "lost-reply"})
 	if err != nil || c.Status != 201 || c.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry after the resolution: %d %s (%v)", c.Status, c.Body, err)
+	}
+
+	// A manual-capture charge whose authorization's reply was lost is
+	// resolved authorized, never captured.
+	authBody := []byte(`{"order_id": 10, "amount_cents": 800, "payment_token": "tok_fail_after", "capture_method": "manual"}`)
+	c, err = apitest.Do(t, nil, "POST", r.base+"/v1/charges", authBody, map[string]string{"Idempotency-Key": "lost-auth"})
+	if err != nil || c.Status != 202 {
+		t.Fatalf("manual tok_fail_after: %d %s (%v)", c.Status, c.Body, err)
+	}
+	_ = json.Unmarshal(c.Body, &ch)
+	if _, stderr, err := resolve("--status", "captured", "--reason", "support ticket 10"); err == nil || !strings.Contains(stderr, "400") || !strings.Contains(stderr, "capture_method manual") {
+		t.Fatalf("resolving a manual charge captured: %v\n%s", err, stderr)
+	}
+	out, stderr, err = resolve("--status", "authorized", "--reason", "support ticket 10: the authorization holds")
+	if err != nil || !strings.Contains(out, `"status": "authorized"`) || !strings.Contains(out, "found: authorized") {
+		t.Fatalf("resolve authorized: %v\n%s\n%s", err, out, stderr)
+	}
+	c, err = apitest.Do(t, nil, "POST", r.base+"/v1/charges", authBody, map[string]string{"Idempotency-Key": "lost-auth"})
+	if err != nil || c.Status != 201 || c.Header.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(c.Body), `"status":"authorized","decline_code":null`) ||
+		!strings.Contains(string(c.Body), `"capture_method":"manual","amount_captured_cents":0`) {
+		t.Fatalf("retry after the authorized resolution: %d %s (%v)", c.Status, c.Body, err)
 	}
 	if err := r.stop(); err != nil {
 		t.Fatal(err)

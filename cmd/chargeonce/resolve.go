@@ -39,6 +39,7 @@ func runResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "usage: chargeonce resolve ID --status STATUS --reason \"…\" [flags]\n\n")
 		fmt.Fprintf(stderr, "ID is what is stuck, and says which outcomes --status takes:\n")
 		fmt.Fprintf(stderr, "  ch_…        a charge:          captured | declined  (--decline-code)\n")
+		fmt.Fprintf(stderr, "              (capture_method manual: authorized | declined)\n")
 		fmt.Fprintf(stderr, "  re_…        a refund:          succeeded | failed | canceled  (--failure-reason)\n")
 		fmt.Fprintf(stderr, "  cp_… vd_…   a capture or void: succeeded | failed  (--failure-reason)\n\n")
 		printFlags(stderr, fs)
@@ -46,7 +47,7 @@ func runResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fs.StringVar(&adminURL, "admin-url", DefaultAdminURL, "the admin API: serve's --admin-addr")
 	fs.StringVar(&keyFile, "admin-key-file", "", "a file holding your admin key (default: the "+adminKeyEnv+" environment variable)")
-	fs.StringVar(&status, "status", "", "the outcome the acquirer confirmed: captured or declined (a charge); succeeded, failed or canceled (a refund); succeeded or failed (a capture or void)")
+	fs.StringVar(&status, "status", "", "the outcome the acquirer confirmed: captured or declined (a charge), authorized or declined (a charge with capture_method manual); succeeded, failed or canceled (a refund); succeeded or failed (a capture or void)")
 	fs.StringVar(&declineCode, "decline-code", "", "a charge's decline code, for declined (default: the acquirer's, else "+admin.DefaultDeclineCode+")")
 	fs.StringVar(&failureReason, "failure-reason", "", "a refund's, capture's or void's failure reason, for failed or canceled (default: the acquirer's, else "+admin.DefaultRefundFailure+")")
 	fs.StringVar(&reason, "reason", "", "why: who at the acquirer confirmed what (required; kept in the audit trail)")
