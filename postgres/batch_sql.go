@@ -142,7 +142,7 @@ WITH input AS (
 	SET state = 'completed', response_status = input.response_status, response_body = input.response_body,
 		updated_at = now(), expires_at = now() + input.ttl_us * interval '1 microsecond'
 	FROM input
-	WHERE i.merchant_id = input.merchant_id AND i.key = input.key AND i.token = input.token AND i.state = 'processing'
+	WHERE i.merchant_id = input.merchant_id AND i.key = input.key AND i.token = input.token AND i.state = $9 -- stateProcessing (params.go)
 	RETURNING i.merchant_id, i.key, i.charge_id, input.final_status, input.reason
 )`
 
@@ -583,7 +583,7 @@ func completeBatch(jobs []*completeJob) (args []any, read func(pgx.Rows) error) 
 			chargeStatuses[i], declines[i] = string(p.RefundStatus), p.FailureReason
 		}
 	}
-	args = []any{merchants, keys, tokens, statuses, bodies, chargeStatuses, declines, ttls}
+	args = []any{merchants, keys, tokens, statuses, bodies, chargeStatuses, declines, ttls, stateProcessing}
 	return args, func(rows pgx.Rows) error {
 		defer rows.Close()
 		done := make(map[string]bool, n)

@@ -52,17 +52,29 @@ func flushStats(t *testing.T, s *postgres.Store) {
 // TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow pins the stale generic
 // plan: the store's statements first run on a new deployment's empty
 // tables, which then grow with no ANALYZE (autovacuum off here, as it is
-// for a while in the field), and must still find their rows through an
-// index. A named prepared statement switches to a generic plan after five
-// runs, and a generic plan made on empty tables scans them whole for as
-// long as it is cached. Behind a pooler the store sends its statements
-// unnamed (QueryExecModeExec, chosen by Open: TestOpenChoosesExecModeByPooler),
-// so each is planned with the tables as they are, with no session setting
-// (a pooler refuses them); that is the mode measured here. On a connection of
-// its own the store keeps named statements for their speed, with sequential
-// scans off (docs/pooler.md).
+// for a while in the field), half of the records in flight (an acquirer
+// outage), and must still find their rows through an index. A named
+// prepared statement switches to a generic plan after five runs, and a
+// generic plan made on empty tables scans them whole, or walks a whole
+// partial index, for as long as it is cached. Behind a pooler the store
+// sends its statements unnamed (chosen by Open:
+// TestOpenChoosesExecModeByPooler), so each is planned with the tables as
+// they are, with no session setting (a pooler refuses them); on a
+// connection of its own it keeps named statements for their speed, with
+// sequential scans off (docs/pooler.md). Both modes are measured: with the
+// completion batch's state a constant, the named mode read 4,850 rows a
+// charge, 108 ms a batch (params.go).
 func TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []struct{ name, url string }{{"unnamed", "&default_query_exec_mode=exec"}, {"named", ""}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			plansAsTablesGrow(t, mode.url)
+		})
+	}
+}
+
+func plansAsTablesGrow(t *testing.T, urlSuffix string) {
 	connURL := pgtest.URL(t)
 	ctx := t.Context()
 	setup := open(t, connURL)
@@ -81,7 +93,7 @@ func TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow(t *testing.T) {
 	setup.Close()
 
 	// Two connections, so that every statement runs many times on each.
-	s, err := postgres.Open(ctx, connURL+"&default_query_exec_mode=exec", postgres.WithMaxConns(2))
+	s, err := postgres.Open(ctx, connURL+urlSuffix, postgres.WithMaxConns(2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -490,15 +490,16 @@ WITH due AS (
 		WHERE e.status = 'enabled' AND e.merchant_id <> ALL($5::text[])
 	) y WHERE rn <= $3 ORDER BY next_at, id LIMIT $2
 ), d AS (
-	-- By primary key, the ids in an array.
+	-- By primary key, the ids in an array; the state is a parameter
+	-- (statePending, params.go).
 	UPDATE webhook_deliveries w SET claimed_until = now() + $1::interval, token = $4
-	WHERE w.id = ANY (ARRAY(SELECT id FROM due)) AND w.state = 'pending' AND w.claimed_until <= now()
+	WHERE w.id = ANY (ARRAY(SELECT id FROM due)) AND w.state = $6 AND w.claimed_until <= now()
 	RETURNING w.id, w.attempts, w.event_id, w.endpoint_id
 )
 SELECT d.id, d.attempts, ev.id, ev.merchant_id, ev.charge_id, coalesce(ev.object_id, ''), ev.type, ev.created_at,
 	`+endpointColumnsE+`
 FROM d JOIN webhook_events ev ON ev.id = d.event_id
-JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, token, skip)
+JOIN webhook_endpoints e ON e.id = d.endpoint_id`, lease, limit, perMerchant, token, skip, statePending)
 	if err != nil {
 		return nil, fmt.Errorf("claiming webhook deliveries: %w", translate(err))
 	}
@@ -608,7 +609,7 @@ VALUES ($1, $2, $3, $4, $5)`, d.Event.ID, d.Endpoint.ID, code, errText, a.Latenc
 		}
 		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
 SET state = $3, attempts = attempts + 1, next_at = now() + $4::interval, claimed_until = '-infinity'
-WHERE id = $1 AND token = $2 AND state = 'pending'`, d.ID, d.Token, state, next)
+WHERE id = $1 AND token = $2 AND state = $5`, d.ID, d.Token, state, next, statePending)
 		if err != nil {
 			return err
 		}
@@ -694,13 +695,13 @@ WITH f AS (
 ), d AS (
 	UPDATE webhook_deliveries w
 	SET state = 'succeeded', attempts = w.attempts + 1, next_at = now(), claimed_until = '-infinity'
-	FROM f WHERE w.id = f.id AND w.token = f.token AND w.state = 'pending'
+	WHERE w.id = ANY ($1) AND w.token = ($2::text[])[array_position($1, w.id)] AND w.state = $7
 	RETURNING w.id
 ), e AS (
 	UPDATE webhook_endpoints SET failing_since = NULL
 	WHERE id IN (SELECT endpoint_id FROM f) AND failing_since IS NOT NULL
 )
-SELECT id FROM d`, ids, tokens, events, endpoints, codes, latencies)
+SELECT id FROM d`, ids, tokens, events, endpoints, codes, latencies, statePending)
 	var ended []int64
 	if err == nil {
 		ended, err = pgx.CollectRows(rows, pgx.RowTo[int64])
