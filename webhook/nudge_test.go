@@ -37,8 +37,8 @@ func TestSettlementNudgesIdleSender(t *testing.T) {
 	s.Start(t.Context())
 	t.Cleanup(s.Stop)
 	eventually(t, 10*time.Second, "the first delivery (the sender's first poll)", func() bool { return len(rcv.deliveries()) == 1 })
-	// Empty polls double the wait from 5 ms (5, 10, … 2560 ms, then 5120):
-	// from 5.1 s to 10.2 s after the delivery the sender sleeps.
+	// Empty polls double the wait from claimGap (10, 20, … 2560 ms, then
+	// 5120): from 5.1 s to 10.2 s after the delivery the sender sleeps.
 	time.Sleep(5300 * time.Millisecond)
 	// A settlement of a merchant the sender has not delivered to does not
 	// wake it: nothing is claimed until the poll.
