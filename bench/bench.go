@@ -136,6 +136,7 @@ type Config struct {
 	Runs int
 	// ProfileDir, when set, receives CPU profiles of the chargeonce and
 	// bare-http servers under the new and replay workloads at RatioClients,
+	// and with Refunds of the server under new refunds (refund-new.pprof),
 	// taken in extra unmeasured runs.
 	ProfileDir string
 	// ChildCommand returns the command that runs Child(ctx, args, …) in a

@@ -119,6 +119,13 @@ func (b *bench) measureRefunds(ctx context.Context) error {
 		}
 	}
 	b.refunds = res
+	if b.cfg.ProfileDir != "" {
+		// The refund way alone: its profile is refund-new.pprof.
+		b.ways = b.ways[1:2]
+		if err := b.profile(ctx, WorkloadNew, rc); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -8,7 +8,8 @@ import (
 )
 
 // The DSN pragmas reach both pools: WAL, synchronous=FULL (a committed record
-// must survive power loss), foreign keys and the busy timeout on the writer;
+// must survive power loss), foreign keys, the busy timeout and temp_store
+// MEMORY on the writer;
 // read-only connections in the read pool.
 func TestOpenPragmas(t *testing.T) {
 	t.Parallel()
@@ -25,6 +26,9 @@ func TestOpenPragmas(t *testing.T) {
 		{"foreign_keys", "1"},
 		{"busy_timeout", "5000"},
 		{"query_only", "0"},
+		// The shared transactions' sub-journal stays in memory: spilled to
+		// a temporary file, it was opened and deleted by every large group.
+		{"temp_store", "2"},
 	} {
 		var got string
 		if err := s.wdb.QueryRowContext(ctx, "PRAGMA "+c.pragma).Scan(&got); err != nil {
