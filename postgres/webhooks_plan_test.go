@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/internal/pgtest"
-	"github.com/jackc/pgx/v5"
 )
 
 // TestWebhookClaimAndFinishReadTheirDeliveriesByID pins the plans of the
