@@ -25,6 +25,29 @@ import (
 // go to a temporary directory (and are still checked to be PNGs).
 var screenshots = flag.String("screenshots", "", "save the console's screenshots in this directory (../docs refreshes the docs' pictures)")
 
+// tab drives a test's browser tab: do runs actions and fails the test,
+// saying what it was doing, when they fail; text reads an element's text.
+type tab struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func (b tab) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (b tab) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(sel))
+	if err != nil {
+		b.t.Fatalf("reading %s: %v", sel, err)
+	}
+	return s
+}
+
 // browser starts Debian's headless Chromium with a fresh profile. No
 // browser is a failure, never a skip: .ci/run installs it.
 func browser(t *testing.T) context.Context {
@@ -103,20 +126,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
-	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(sel))
-		if err != nil {
-			t.Fatalf("reading %s: %v", sel, err)
-		}
-		return s
-	}
+	do, text := tab{t, ctx}.do, tab{t, ctx}.text
 	var pages []string
 	var widths []int
 	page := func() {
