@@ -47,8 +47,7 @@ const KeyHashLen = idempotency.KeyHashLen
 func LogRequests(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		note := &requestNote{requestID: NewRequestID()}
-		w.Header().Set("Request-Id", note.requestID)
+		note := newNote(w)
 		r = r.WithContext(context.WithValue(r.Context(), noteKey{}, note))
 		rec := &statusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
@@ -126,6 +125,17 @@ type requestNote struct {
 	requestID string
 	merchant  string
 	code      string
+	// header is the Request-Id header's value slice, held here so that
+	// setting it allocates nothing of its own.
+	header [1]string
+}
+
+// newNote gives a request its id and sets w's Request-Id header to it.
+func newNote(w http.ResponseWriter) *requestNote {
+	note := &requestNote{requestID: NewRequestID()}
+	note.header[0] = note.requestID
+	w.Header()["Request-Id"] = note.header[:] // canonical already
+	return note
 }
 
 type noteKey struct{}
@@ -137,7 +147,21 @@ const RequestIDPrefix = "req_"
 // bits. The server always makes its own: SPEC wants one unique per request,
 // and an id a client chose could repeat another's or carry anything into
 // the logs (a W3C traceparent is how a caller ties its own trace to ours).
-func NewRequestID() string { return RequestIDPrefix + rand.Text() }
+//
+// The id is built in one array and allocated once, as crypto/rand.Text
+// builds its 26 characters of the RFC 4648 base32 alphabet (26 × 5 bits):
+// Text and the concatenation allocated twice on every request.
+func NewRequestID() string {
+	var b [len(RequestIDPrefix) + 26]byte
+	n := copy(b[:], RequestIDPrefix)
+	_, _ = rand.Read(b[n:]) // never fails (crypto/rand)
+	for i := n; i < len(b); i++ {
+		b[i] = base32Alphabet[b[i]%32]
+	}
+	return string(b[:])
+}
+
+const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 // requestID is the id r is answered under, or "" outside LogRequests and
 // Server.
@@ -154,9 +178,7 @@ func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
 	if requestID(r) != "" {
 		return r
 	}
-	note := &requestNote{requestID: NewRequestID()}
-	w.Header().Set("Request-Id", note.requestID)
-	return r.WithContext(context.WithValue(r.Context(), noteKey{}, note))
+	return r.WithContext(context.WithValue(r.Context(), noteKey{}, newNote(w)))
 }
 
 // noteMerchant records the authenticated merchant of r for its log line.
