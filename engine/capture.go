@@ -114,7 +114,7 @@ func (e *Engine) operate(ctx context.Context, merchantID, chargeID, key string, 
 			return Response{Status: 202, Body: pendingBody(&rec), RetryAfter: OverloadRetryAfter}, nil
 		}
 		defer done()
-		return e.decided(ctx, rec, "new "+string(kind)+": inserted, admitted, sending to the acquirer", e.driveAttempt(ctx, rec, token, false)), nil
+		return e.decided(ctx, rec, string(kind), ": new, inserted, admitted, sending to the acquirer", e.driveAttempt(ctx, rec, token, false)), nil
 	}
 	if resp, done, err := e.answerExisting(ctx, rec, fp, ""); done {
 		return resp, err

@@ -327,7 +327,7 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		defer done()
 		// From here on, whatever happens to this process, recovery can
 		// finish the charge with the same reference.
-		return e.decided(ctx, rec, "new key: inserted, admitted, sending to the acquirer", e.driveAttempt(ctx, rec, token, false)), nil
+		return e.decided(ctx, rec, "", "new key: inserted, admitted, sending to the acquirer", e.driveAttempt(ctx, rec, token, false)), nil
 	}
 
 	if resp, done, err := e.answerExisting(ctx, rec, fp, ""); done {
@@ -365,7 +365,7 @@ func (e *Engine) takeOver(ctx, client context.Context, rec chargeonce.KeyRecord,
 		}
 		return e.busy(claimed)
 	}
-	return e.decided(ctx, claimed, "lease ended: claimed the record, looking the reference up before any re-send", e.driveAttempt(ctx, claimed, token, true)), nil
+	return e.decided(ctx, claimed, "", "lease ended: claimed the record, looking the reference up before any re-send", e.driveAttempt(ctx, claimed, token, true)), nil
 }
 
 // detach returns the context an attempt's writes run on once it starts
@@ -413,7 +413,7 @@ func (e *Engine) overRate(ctx context.Context, merchantID, key string, fp string
 		return resp, err
 	}
 	e.observeRateLimited(RateLimitedRate)
-	return e.decided(ctx, rec, "over the rate; lease ended: left for recovery or a retry under the rate",
+	return e.decided(ctx, rec, "", "over the rate; lease ended: left for recovery or a retry under the rate",
 		Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: wait}), nil
 }
 
@@ -424,25 +424,28 @@ func (e *Engine) overRate(ctx context.Context, merchantID, key string, fp string
 func (e *Engine) answerExisting(ctx context.Context, rec chargeonce.KeyRecord, fp, why string) (resp Response, done bool, err error) {
 	switch {
 	case rec.Fingerprint != fp:
-		e.decided(ctx, rec, why+"key used for a different request: 422", Response{Status: 422})
+		e.decided(ctx, rec, why, "key used for a different request: 422", Response{Status: 422})
 		return Response{}, true, chargeonce.Errorf(chargeonce.EKEYREUSED,
 			"this Idempotency-Key was already used for a different request; use a new key for a new payment intent")
 	case rec.State == chargeonce.KeyCompleted:
-		return e.decided(ctx, rec, why+"key completed: replaying the stored answer", replay(rec)), true, nil
+		return e.decided(ctx, rec, why, "key completed: replaying the stored answer", replay(rec)), true, nil
 	case !rec.LeaseExpired:
 		resp, err := e.busy(rec)
-		return e.decided(ctx, rec, why+"key in flight under another attempt's lease", resp), true, err
+		return e.decided(ctx, rec, why, "key in flight under another attempt's lease", resp), true, err
 	}
 	return Response{}, false, nil
 }
 
-// decided logs, at debug level, what the engine decided for an attempt and
-// the status it answers (0: an error, 409 or 422), with the key's hash,
-// never the key; it returns resp. Nothing is built when debug is off.
-func (e *Engine) decided(ctx context.Context, rec chargeonce.KeyRecord, decision string, resp Response) Response {
+// decided logs, at debug level, what the engine decided for an attempt
+// (why, then decision: why is a prefix, "" or what brought the attempt
+// there) and the status it answers (0: an error, 409 or 422), with the
+// key's hash, never the key; it returns resp. Nothing is built when debug
+// is off: the two parts are joined only then (joined by every caller, they
+// cost every replay an allocation).
+func (e *Engine) decided(ctx context.Context, rec chargeonce.KeyRecord, why, decision string, resp Response) Response {
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		e.log.LogAttrs(ctx, slog.LevelDebug, "charge attempt",
-			slog.String("decision", decision),
+			slog.String("decision", why+decision),
 			slog.String("merchant", rec.MerchantID),
 			slog.String("key_hash", idempotency.KeyHash(rec.MerchantID, rec.Key)),
 			slog.String(idAttr(&rec), rec.ObjectID()),

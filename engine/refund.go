@@ -88,7 +88,7 @@ func (e *Engine) Refund(ctx context.Context, merchantID, chargeID, key string, r
 			return Response{Status: 202, Body: pendingBody(&rec), RetryAfter: OverloadRetryAfter}, nil
 		}
 		defer done()
-		return e.decided(ctx, rec, "new refund: inserted, admitted, sending to the acquirer", e.driveAttempt(ctx, rec, token, false)), nil
+		return e.decided(ctx, rec, "", "new refund: inserted, admitted, sending to the acquirer", e.driveAttempt(ctx, rec, token, false)), nil
 	}
 	if resp, done, err := e.answerExisting(ctx, rec, fp, ""); done {
 		return resp, err
