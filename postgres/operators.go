@@ -89,9 +89,7 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 	for rows.Next() {
 		var (
 			sc                              chargeonce.StuckCharge
-			status                          string
-			declineCode, metadata, method   *string
-			captured                        *int64
+			cs                              chargeScan
 			rID, rCurrency, rStatus, rWhy   *string
 			rAmount                         *int64
 			rAt                             *time.Time
@@ -103,23 +101,17 @@ LIMIT $5`, p.MerchantID, p.OlderThan, afterAt, afterID, p.Limit+1, p.IncludeLeas
 			hForced                         *bool
 		)
 		c := &sc.Charge
-		if err := rows.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-			&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata, &method, &captured,
+		if err := rows.Scan(append(cs.dest(make([]any, 0, chargeScanColumns+27), c),
 			&sc.Age, &sc.Attempts, &sc.NextAttempt, &sc.InFlight,
 			&rID, &rAmount, &rCurrency, &rStatus, &rWhy, &rAt,
 			&op.id, &op.kind, &op.key, &op.amount, &op.currency, &op.status, &op.created,
 			&hID, &hCharge, &hMerchant, &hAt, &hKind, &hActor, &hOutcome, &hDetail, &hWhy, &hForced,
-		); err != nil {
+		)...); err != nil {
 			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", translate(err))
 		}
-		if c.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+		if err := cs.finish(c); err != nil {
 			return chargeonce.StuckPage{}, fmt.Errorf("listing stuck charges: %w", err)
 		}
-		c.Status = chargeonce.Status(status)
-		if declineCode != nil {
-			c.DeclineCode = *declineCode
-		}
-		setCapture(c, method, captured)
 		if rID != nil {
 			sc.Refund = &chargeonce.Refund{
 				ID: *rID, MerchantID: c.MerchantID, ChargeID: c.ID, AmountCents: *rAmount, Currency: *rCurrency,
@@ -172,23 +164,16 @@ func (s *Store) OperationInspect(ctx context.Context, id string) (chargeonce.Ope
 		return chargeonce.OperationInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", objectName(id), id)
 	}
 	var (
-		in          chargeonce.OperationInspection
-		op          operationRow
-		state       *string
-		attempts    *int
-		leaseUntil  *time.Time
-		inFlight    *bool
-		status      string
-		declineCode *string
-		metadata    *string
-		method      *string
-		captured    *int64
+		in         chargeonce.OperationInspection
+		op         operationRow
+		cs         chargeScan
+		state      *string
+		attempts   *int
+		leaseUntil *time.Time
+		inFlight   *bool
 	)
 	c := &in.Charge
-	dest := append(op.dest(), &in.UpdatedAt,
-		&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata, &method, &captured,
-		&state, &attempts, &leaseUntil, &inFlight)
+	dest := append(cs.dest(append(op.dest(), &in.UpdatedAt), c), &state, &attempts, &leaseUntil, &inFlight)
 	err := s.pool.QueryRow(ctx, `
 SELECT `+operationColumns+`, o.updated_at, `+chargeColumnsC+`, k.state, k.recovery_attempts, k.lease_until,
 	k.state = 'processing' AND k.lease_held AND k.lease_until > now()
@@ -202,14 +187,9 @@ WHERE o.id = $1`, id).Scan(dest...)
 	if err != nil {
 		return chargeonce.OperationInspection{}, fmt.Errorf("inspecting %s: %w", objectName(id), translate(err))
 	}
-	if c.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+	if err := cs.finish(c); err != nil {
 		return chargeonce.OperationInspection{}, fmt.Errorf("inspecting %s: %w", objectName(id), err)
 	}
-	c.Status = chargeonce.Status(status)
-	if declineCode != nil {
-		c.DeclineCode = *declineCode
-	}
-	setCapture(c, method, captured)
 	in.Operation = *op.operation()
 	in.Age = time.Duration(*op.age) * time.Microsecond
 	if state != nil {
@@ -255,16 +235,12 @@ func (s *Store) ChargeInspect(ctx context.Context, id string) (chargeonce.Charge
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
 	var (
-		in          chargeonce.ChargeInspection
-		state       *string
-		attempts    *int
-		leaseUntil  *time.Time
-		inFlight    *bool
-		status      string
-		declineCode *string
-		metadata    *string
-		method      *string
-		captured    *int64
+		in         chargeonce.ChargeInspection
+		cs         chargeScan
+		state      *string
+		attempts   *int
+		leaseUntil *time.Time
+		inFlight   *bool
 	)
 	c := &in.Charge
 	err := s.pool.QueryRow(ctx, `
@@ -272,23 +248,17 @@ SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, k.state, k.recove
 	k.state = 'processing' AND k.lease_held AND k.lease_until > now()
 FROM charges c
 LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
-WHERE c.id = $1`, id).Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata, &method, &captured,
-		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil, &inFlight)
+WHERE c.id = $1`, id).Scan(append(cs.dest(make([]any, 0, chargeScanColumns+6), c),
+		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil, &inFlight)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
 	if err != nil {
 		return chargeonce.ChargeInspection{}, fmt.Errorf("inspecting charge: %w", translate(err))
 	}
-	if c.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+	if err := cs.finish(c); err != nil {
 		return chargeonce.ChargeInspection{}, fmt.Errorf("inspecting charge: %w", err)
 	}
-	c.Status = chargeonce.Status(status)
-	if declineCode != nil {
-		c.DeclineCode = *declineCode
-	}
-	setCapture(c, method, captured)
 	if state != nil {
 		in.HasRecord, in.State, in.Attempts, in.NextAttempt = true, chargeonce.KeyState(*state), *attempts, *leaseUntil
 		in.InFlight = *inFlight

@@ -220,40 +220,31 @@ const recordColumns = `
 	GREATEST(0, (EXTRACT(EPOCH FROM now() - c.created_at) * 1000000)::bigint),
 	k.response_status, k.response_body, k.created_at, k.expires_at,
 	COALESCE(GREATEST(k.expires_at - now(), interval '0'), interval '0'),
-	COALESCE(k.expires_at <= now(), false),
-	c.id, c.merchant_id, c.idempotency_key, c.order_id, c.amount_cents,
-	c.currency, c.payment_token, c.description, c.status, c.decline_code,
-	c.created_at, c.metadata, c.capture_method, c.captured_cents`
+	COALESCE(k.expires_at <= now(), false),` + chargeColumnsC
 
 // scanRecord scans recordColumns, optionally preceded by extra columns.
 // expired reports whether the record was past its expiry when read.
 func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bool, err error) {
 	var (
-		state       string
-		status      *int32
-		expiresAt   *time.Time
-		chStatus    string
-		declineCode *string
-		remaining   int64 // µs
-		age         int64 // µs
-		metadata    *string
-		method      *string
-		captured    *int64
+		state     string
+		status    *int32
+		expiresAt *time.Time
+		remaining int64 // µs
+		age       int64 // µs
+		cs        chargeScan
 	)
-	dest := append(extra,
+	dest := append(make([]any, 0, len(extra)+18+chargeScanColumns), extra...)
+	dest = append(dest,
 		&rec.MerchantID, &rec.Key, &rec.Fingerprint, &rec.Token, &state,
 		&rec.LeaseUntil, &rec.LeaseExpired, &remaining, &rec.RecoveryAttempts,
 		&rec.LeaseHeld, &rec.AcquirerID, &age,
 		&status, &rec.ResponseBody, &rec.CreatedAt, &expiresAt,
 		&rec.ExpiresIn, &expired,
-		&rec.Charge.ID, &rec.Charge.MerchantID, &rec.Charge.IdempotencyKey, &rec.Charge.OrderID, &rec.Charge.AmountCents,
-		&rec.Charge.Currency, &rec.Charge.PaymentToken, &rec.Charge.Description, &chStatus, &declineCode,
-		&rec.Charge.CreatedAt, &metadata, &method, &captured,
 	)
-	if err := row.Scan(dest...); err != nil {
+	if err := row.Scan(cs.dest(dest, &rec.Charge)...); err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
-	if rec.Charge.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+	if err := cs.finish(&rec.Charge); err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
 	rec.State = chargeonce.KeyState(state)
@@ -265,11 +256,6 @@ func scanRecord(row pgx.Row, extra ...any) (rec chargeonce.KeyRecord, expired bo
 	if expiresAt != nil {
 		rec.ExpiresAt = *expiresAt
 	}
-	rec.Charge.Status = chargeonce.Status(chStatus)
-	if declineCode != nil {
-		rec.Charge.DeclineCode = *declineCode
-	}
-	setCapture(&rec.Charge, method, captured)
 	return rec, expired, nil
 }
 
@@ -727,40 +713,60 @@ const chargeColumns = `
 	currency, payment_token, description, status, decline_code, created_at, metadata,
 	capture_method, captured_cents`
 
-// setCapture sets a charge's capture method and captured amount from their
-// nullable columns (both NULL for an automatic charge).
-func setCapture(c *chargeonce.Charge, method *string, captured *int64) {
-	if method != nil {
-		c.CaptureMethod = chargeonce.CaptureMethod(*method)
+// chargeScan reads the columns of chargeColumns (or chargeColumnsC) into a
+// charge, for every statement that reads one, alone or among other
+// columns: dest appends the destinations, in the columns' order, to into
+// (sized by the caller, so a statement's destinations cost one allocation),
+// and finish
+// converts what needs converting once the row is scanned. One list, so
+// that no read of a charge drops a column the others read (the operators'
+// reads once dropped capture_method and captured_cents).
+type chargeScan struct {
+	status                        string
+	declineCode, metadata, method *string
+	captured                      *int64
+}
+
+func (s *chargeScan) dest(into []any, c *chargeonce.Charge) []any {
+	return append(into, &c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
+		&c.Currency, &c.PaymentToken, &c.Description, &s.status, &s.declineCode, &c.CreatedAt, &s.metadata,
+		&s.method, &s.captured)
+}
+
+// chargeScanColumns is how many destinations chargeScan.dest appends.
+const chargeScanColumns = 14
+
+func (s *chargeScan) finish(c *chargeonce.Charge) error {
+	var err error
+	if c.Metadata, err = chargeonce.ParseMetadataText(s.metadata); err != nil {
+		return err
 	}
-	if captured != nil {
-		c.CapturedCents = *captured
+	c.Status = chargeonce.Status(s.status)
+	if s.declineCode != nil {
+		c.DeclineCode = *s.declineCode
 	}
+	// The capture method and captured amount are NULL for an automatic
+	// charge.
+	if s.method != nil {
+		c.CaptureMethod = chargeonce.CaptureMethod(*s.method)
+	}
+	if s.captured != nil {
+		c.CapturedCents = *s.captured
+	}
+	return nil
 }
 
 func scanCharge(row pgx.Row) (chargeonce.Charge, error) {
 	var (
-		c           chargeonce.Charge
-		status      string
-		declineCode *string
-		metadata    *string
-		method      *string
-		captured    *int64
+		c  chargeonce.Charge
+		cs chargeScan
 	)
-	err := row.Scan(&c.ID, &c.MerchantID, &c.IdempotencyKey, &c.OrderID, &c.AmountCents,
-		&c.Currency, &c.PaymentToken, &c.Description, &status, &declineCode, &c.CreatedAt, &metadata,
-		&method, &captured)
-	if err != nil {
+	if err := row.Scan(cs.dest(make([]any, 0, chargeScanColumns), &c)...); err != nil {
 		return chargeonce.Charge{}, err
 	}
-	if c.Metadata, err = chargeonce.ParseMetadataText(metadata); err != nil {
+	if err := cs.finish(&c); err != nil {
 		return chargeonce.Charge{}, err
 	}
-	c.Status = chargeonce.Status(status)
-	if declineCode != nil {
-		c.DeclineCode = *declineCode
-	}
-	setCapture(&c, method, captured)
 	return c, nil
 }
 
