@@ -187,15 +187,7 @@ type ChargeInspection struct {
 	UpdatedAt time.Time
 	// Age is now - created_at by the database's clock.
 	Age time.Duration
-	// HasRecord tells whether the idempotency record still exists (a
-	// completed one is swept after its TTL).
-	HasRecord   bool
-	State       KeyState
-	Attempts    int
-	NextAttempt time.Time
-	// InFlight is set while an attempt, recovery or a resolution drives
-	// the processing record under a live lease (see StuckCharge.InFlight).
-	InFlight bool
+	RecordInspection
 }
 
 // OperationInspection is a capture or a cancel of any merchant's
@@ -209,6 +201,12 @@ type OperationInspection struct {
 	UpdatedAt time.Time
 	// Age is now - the operation's created_at by the database's clock.
 	Age time.Duration
+	RecordInspection
+}
+
+// RecordInspection is what an inspected object's idempotency record says,
+// when it is still there.
+type RecordInspection struct {
 	// HasRecord tells whether the idempotency record still exists (a
 	// completed one is swept after its TTL).
 	HasRecord   bool
@@ -216,7 +214,7 @@ type OperationInspection struct {
 	Attempts    int
 	NextAttempt time.Time
 	// InFlight is set while an attempt, recovery or a resolution drives
-	// the pending record under a live lease (see StuckCharge.InFlight).
+	// the processing record under a live lease (see StuckCharge.InFlight).
 	InFlight bool
 }
 

@@ -263,6 +263,19 @@ type RecordJSON struct {
 	NextAttemptAt    *time.Time          `json:"next_attempt_at,omitempty"`
 }
 
+// recordJSON is the record of an inspected charge, refund or operation as
+// the detail routes answer it; nil when it has been swept.
+func recordJSON(r *chargeonce.RecordInspection) *RecordJSON {
+	if !r.HasRecord {
+		return nil
+	}
+	out := &RecordJSON{State: r.State, AcquirerAttempts: r.Attempts}
+	if r.State == chargeonce.KeyProcessing {
+		out.NextAttemptAt = &r.NextAttempt
+	}
+	return out
+}
+
 // detail reads a charge with its timeline.
 func (s *Server) detail(r *http.Request, id string) (chargeonce.ChargeInspection, []chargeonce.HistoryEntry, error) {
 	in, err := s.ops.ChargeInspect(r.Context(), id)
@@ -318,13 +331,7 @@ func (s *Server) apiCharge(w http.ResponseWriter, r *http.Request, _ string) err
 	if err != nil {
 		return err
 	}
-	out := ChargeDetailJSON{Charge: chargeJSON(&in.Charge), History: []EntryJSON{}}
-	if in.HasRecord {
-		out.Record = &RecordJSON{State: in.State, AcquirerAttempts: in.Attempts}
-		if in.State == chargeonce.KeyProcessing {
-			out.Record.NextAttemptAt = &in.NextAttempt
-		}
-	}
+	out := ChargeDetailJSON{Charge: chargeJSON(&in.Charge), Record: recordJSON(&in.RecordInspection), History: []EntryJSON{}}
 	for i := range tl {
 		out.History = append(out.History, *entryJSON(&tl[i]))
 	}

@@ -346,13 +346,8 @@ func (s *Server) apiOperation(w http.ResponseWriter, r *http.Request, _ string) 
 	if err != nil {
 		return err
 	}
-	out := OperationDetailJSON{Operation: *operationJSON(&in.Operation), Charge: chargeJSON(&in.Charge), History: []EntryJSON{}}
-	if in.HasRecord {
-		out.Record = &RecordJSON{State: in.State, AcquirerAttempts: in.Attempts}
-		if in.State == chargeonce.KeyProcessing {
-			out.Record.NextAttemptAt = &in.NextAttempt
-		}
-	}
+	out := OperationDetailJSON{Operation: *operationJSON(&in.Operation), Charge: chargeJSON(&in.Charge),
+		Record: recordJSON(&in.RecordInspection), History: []EntryJSON{}}
 	for i := range tl {
 		out.History = append(out.History, *entryJSON(&tl[i]))
 	}

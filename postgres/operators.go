@@ -20,6 +20,30 @@ const chargeColumnsC = `
 	c.currency, c.payment_token, c.description, c.status, c.decline_code, c.created_at, c.metadata,
 	c.capture_method, c.captured_cents`
 
+// inspectedRecordColumnsK are the columns recordScan reads of an inspected
+// object's record, LEFT JOINed as "k" (all NULL once it has been swept).
+const inspectedRecordColumnsK = `k.state, k.recovery_attempts, k.lease_until,
+	k.state = 'processing' AND k.lease_held AND k.lease_until > now()`
+
+// recordScan reads inspectedRecordColumnsK: dest appends the destinations
+// to into, fill sets what they say.
+type recordScan struct {
+	state      *string
+	attempts   *int
+	leaseUntil *time.Time
+	inFlight   *bool
+}
+
+func (s *recordScan) dest(into []any) []any {
+	return append(into, &s.state, &s.attempts, &s.leaseUntil, &s.inFlight)
+}
+
+func (s *recordScan) fill(r *chargeonce.RecordInspection) {
+	if s.state != nil {
+		r.HasRecord, r.State, r.Attempts, r.NextAttempt, r.InFlight = true, chargeonce.KeyState(*s.state), *s.attempts, *s.leaseUntil, *s.inFlight
+	}
+}
+
 // historyColumnsH are the columns scanHistory reads, for a query that names
 // charge_history "h".
 const historyColumnsH = `h.id, h.charge_id, h.merchant_id, h.at, h.kind, h.actor, h.outcome, h.detail, h.reason, h.forced`
@@ -164,19 +188,15 @@ func (s *Store) OperationInspect(ctx context.Context, id string) (chargeonce.Ope
 		return chargeonce.OperationInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", objectName(id), id)
 	}
 	var (
-		in         chargeonce.OperationInspection
-		op         operationRow
-		cs         chargeScan
-		state      *string
-		attempts   *int
-		leaseUntil *time.Time
-		inFlight   *bool
+		in chargeonce.OperationInspection
+		op operationRow
+		cs chargeScan
+		rs recordScan
 	)
 	c := &in.Charge
-	dest := append(cs.dest(append(op.dest(), &in.UpdatedAt), c), &state, &attempts, &leaseUntil, &inFlight)
+	dest := rs.dest(cs.dest(append(op.dest(), &in.UpdatedAt), c))
 	err := s.pool.QueryRow(ctx, `
-SELECT `+operationColumns+`, o.updated_at, `+chargeColumnsC+`, k.state, k.recovery_attempts, k.lease_until,
-	k.state = 'processing' AND k.lease_held AND k.lease_until > now()
+SELECT `+operationColumns+`, o.updated_at, `+chargeColumnsC+`, `+inspectedRecordColumnsK+`
 FROM charge_operations o
 JOIN charges c ON c.id = o.charge_id
 LEFT JOIN idempotency_keys k ON k.merchant_id = o.merchant_id AND k.key = o.idempotency_key AND k.charge_id = o.id
@@ -192,10 +212,7 @@ WHERE o.id = $1`, id).Scan(dest...)
 	}
 	in.Operation = *op.operation()
 	in.Age = time.Duration(*op.age) * time.Microsecond
-	if state != nil {
-		in.HasRecord, in.State, in.Attempts, in.NextAttempt = true, chargeonce.KeyState(*state), *attempts, *leaseUntil
-		in.InFlight = *inFlight
-	}
+	rs.fill(&in.RecordInspection)
 	return in, nil
 }
 
@@ -235,21 +252,16 @@ func (s *Store) ChargeInspect(ctx context.Context, id string) (chargeonce.Charge
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
 	var (
-		in         chargeonce.ChargeInspection
-		cs         chargeScan
-		state      *string
-		attempts   *int
-		leaseUntil *time.Time
-		inFlight   *bool
+		in chargeonce.ChargeInspection
+		cs chargeScan
+		rs recordScan
 	)
 	c := &in.Charge
 	err := s.pool.QueryRow(ctx, `
-SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, k.state, k.recovery_attempts, k.lease_until,
-	k.state = 'processing' AND k.lease_held AND k.lease_until > now()
+SELECT `+chargeColumnsC+`, c.updated_at, now() - c.created_at, `+inspectedRecordColumnsK+`
 FROM charges c
 LEFT JOIN idempotency_keys k ON k.merchant_id = c.merchant_id AND k.key = c.idempotency_key AND k.charge_id = c.id
-WHERE c.id = $1`, id).Scan(append(cs.dest(make([]any, 0, chargeScanColumns+6), c),
-		&in.UpdatedAt, &in.Age, &state, &attempts, &leaseUntil, &inFlight)...)
+WHERE c.id = $1`, id).Scan(rs.dest(append(cs.dest(make([]any, 0, chargeScanColumns+6), c), &in.UpdatedAt, &in.Age))...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.ChargeInspection{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
@@ -259,10 +271,7 @@ WHERE c.id = $1`, id).Scan(append(cs.dest(make([]any, 0, chargeScanColumns+6), c
 	if err := cs.finish(c); err != nil {
 		return chargeonce.ChargeInspection{}, fmt.Errorf("inspecting charge: %w", err)
 	}
-	if state != nil {
-		in.HasRecord, in.State, in.Attempts, in.NextAttempt = true, chargeonce.KeyState(*state), *attempts, *leaseUntil
-		in.InFlight = *inFlight
-	}
+	rs.fill(&in.RecordInspection)
 	return in, nil
 }
 

@@ -154,12 +154,18 @@ WHERE c.id = ?1`, id).Scan(append(cr.dest(), &updated, &age, &state, &attempts, 
 		return chargeonce.ChargeInspection{}, wrap("inspecting charge", err)
 	}
 	in.Charge, in.UpdatedAt, in.Age = cr.charge(), fromMicros(updated), time.Duration(age)*time.Microsecond
-	if state.Valid {
-		in.HasRecord, in.State = true, chargeonce.KeyState(state.String)
-		in.Attempts, in.NextAttempt = int(attempts.Int64), fromMicros(lease.Int64)
-		in.InFlight = inFlight.Bool
-	}
+	in.RecordInspection = inspectedRecord(state, attempts, lease, inFlight)
 	return in, nil
+}
+
+// inspectedRecord is what an inspected object's record says, from its
+// LEFT JOINed columns (all NULL once it has been swept).
+func inspectedRecord(state sql.NullString, attempts, lease sql.NullInt64, inFlight sql.NullBool) chargeonce.RecordInspection {
+	if !state.Valid {
+		return chargeonce.RecordInspection{}
+	}
+	return chargeonce.RecordInspection{HasRecord: true, State: chargeonce.KeyState(state.String),
+		Attempts: int(attempts.Int64), NextAttempt: fromMicros(lease.Int64), InFlight: inFlight.Bool}
 }
 
 // OperationInspect reads any merchant's capture or cancel by id, with its
@@ -196,11 +202,7 @@ WHERE o.id = ?1`, id).Scan(append(dest, &state, &attempts, &lease, &inFlight)...
 	}
 	in.Operation, in.Charge = *op.operationOrNil(), cr.charge()
 	in.UpdatedAt, in.Age = fromMicros(updated), time.Duration(age)*time.Microsecond
-	if state.Valid {
-		in.HasRecord, in.State = true, chargeonce.KeyState(state.String)
-		in.Attempts, in.NextAttempt = int(attempts.Int64), fromMicros(lease.Int64)
-		in.InFlight = inFlight.Bool
-	}
+	in.RecordInspection = inspectedRecord(state, attempts, lease, inFlight)
 	return in, nil
 }
 
