@@ -185,7 +185,8 @@ func (c *pgCore) charge(ctx context.Context, key string, req *chargeRequest) (in
 	}
 	var n int
 	if err := c.pool.QueryRow(ctx, postgres.Statements.KeyComplete,
-		merchant, key, token, status, body, string(res.Status), res.DeclineCode, bareTTL).Scan(&n); err != nil {
+		merchant, key, token, status, body, string(res.Status), res.DeclineCode, bareTTL,
+		string(chargeonce.KeyProcessing)).Scan(&n); err != nil {
 		return 0, nil, fmt.Errorf("completing key: %w", err)
 	}
 	return status, body, nil

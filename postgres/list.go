@@ -109,9 +109,12 @@ func (s *Store) cursor(ctx context.Context, merchantID, id, param string) (time.
 	if !chargeonce.ValidText(id) {
 		return time.Time{}, bad
 	}
-	var at time.Time
-	err := s.pool.QueryRow(ctx, `SELECT created_at FROM charges WHERE merchant_id = $1 AND id = $2`, merchantID, id).Scan(&at)
-	if errors.Is(err, pgx.ErrNoRows) {
+	var (
+		at    time.Time
+		owner string
+	)
+	err := s.pool.QueryRow(ctx, `SELECT created_at, merchant_id FROM charges WHERE id = $1`, id).Scan(&at, &owner) // byID
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != merchantID) {
 		return time.Time{}, bad
 	}
 	if err != nil {

@@ -175,14 +175,16 @@ func (s *Store) operationRefused(ctx context.Context, op chargeonce.Operation) e
 		status, currency string
 		amount           int64
 		live             *string
+		owner            string
 	)
 	err := s.pool.QueryRow(ctx, `
 SELECT c.status, c.amount_cents, c.currency,
-	(SELECT o.kind FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed' LIMIT 1)
-FROM charges c WHERE c.merchant_id = $1 AND c.id = $2`,
-		op.MerchantID, op.ChargeID).Scan(&status, &amount, &currency, &live)
+	(SELECT o.kind FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed' LIMIT 1),
+	c.merchant_id
+FROM charges c WHERE c.id = $1`, // byID
+		op.ChargeID).Scan(&status, &amount, &currency, &live, &owner)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != op.MerchantID):
 		return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", op.ChargeID)
 	case err != nil:
 		return fmt.Errorf("reading the charge of a %s: %w", op.Kind, translate(err))
@@ -227,7 +229,7 @@ func (s *Store) operationComplete(ctx context.Context, p chargeonce.KeyCompleteP
 	}
 	var n int
 	err := s.pool.QueryRow(ctx, operationCompleteSQL,
-		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.OperationStatus), p.FailureReason, p.TTL,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.OperationStatus), p.FailureReason, p.TTL, stateProcessing,
 	).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("completing %s: %w", p.Kind, translate(err))

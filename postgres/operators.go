@@ -370,11 +370,11 @@ WITH obj AS (`+objectKeysSQL+`
 	SET token = $2, lease_until = now() + $3::interval, lease_held = true, updated_at = now()
 	FROM obj
 	WHERE k.merchant_id = obj.merchant_id AND k.key = obj.idempotency_key AND k.charge_id = $1
-		AND k.state = 'processing' AND (k.lease_until <= now() OR NOT k.lease_held)
+		AND k.state = $4 AND (k.lease_until <= now() OR NOT k.lease_held)
 	RETURNING k.*
 )
 SELECT `+refundColumns+`, `+operationColumns+`, `+recordColumns+`
-FROM k`+anyRecordFrom, id, newToken, lease))
+FROM k`+anyRecordFrom, id, newToken, lease, stateProcessing))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.KeyRecord{}, s.resolveClaimRefused(ctx, id)
 	}
@@ -412,7 +412,7 @@ func (s *Store) resolveClaimRefused(ctx context.Context, id string) error {
 	err := s.pool.QueryRow(ctx, `
 SELECT GREATEST(0, (EXTRACT(EPOCH FROM k.lease_until - now()) * 1000000)::bigint)
 FROM idempotency_keys k
-WHERE k.charge_id = $1 AND k.state = 'processing' AND (k.merchant_id, k.key) IN (`+objectKeysSQL+`)`, id).Scan(&remaining)
+WHERE k.charge_id = $1 AND k.state = $2 AND (k.merchant_id, k.key) IN (`+objectKeysSQL+`)`, id, stateProcessing).Scan(&remaining)
 	if err == nil {
 		return chargeonce.LeasedError(id, time.Duration(remaining)*time.Microsecond)
 	}
@@ -460,7 +460,7 @@ func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) (
 			sql, status, detail = operationCompleteSQL, string(c.OperationStatus), c.FailureReason
 		}
 		if err := tx.QueryRow(ctx, sql,
-			c.MerchantID, c.Key, c.Token, c.ResponseStatus, c.ResponseBody, status, detail, c.TTL,
+			c.MerchantID, c.Key, c.Token, c.ResponseStatus, c.ResponseBody, status, detail, c.TTL, stateProcessing,
 		).Scan(&n); err != nil {
 			return err
 		}

@@ -19,7 +19,7 @@ import (
 func (s *Store) KeyNotify(ctx context.Context, merchantID, key string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 UPDATE idempotency_keys SET notify = true
-WHERE merchant_id = $1 AND key = $2 AND state = 'processing'`, merchantID, key)
+WHERE merchant_id = $1 AND key = $2 AND state = $3`, merchantID, key, stateProcessing)
 	if err != nil {
 		return false, fmt.Errorf("flagging idempotency key for the outbox: %w", err)
 	}

@@ -16,7 +16,9 @@ import "github.com/chargeonce/chargeonce"
 // outage) read 4,850 rows a charge, 108 ms a batch
 // (TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow, named statements); a
 // delivery claimed and finished beside another merchant's 40,000 pending read
-// 20,008 (TestWebhookClaimAndFinishReadTheirDeliveriesByID). A parameter
+// 20,008 (TestWebhookClaimAndFinishReadTheirDeliveriesByID); unbatched,
+// the single completion, a lease's renewal, a claim and a release read
+// 47,000-71,000 rows a charge (the same test, named/unbatched). A parameter
 // proves nothing, so the primary or unique key finds them. Statements that
 // look for rows in the state (recovery's scan, the sender's pick) keep the
 // constant and their partial index.
@@ -24,3 +26,18 @@ const (
 	stateProcessing = string(chargeonce.KeyProcessing)
 	statePending    = "pending"
 )
+
+// By id, then the owner (byID).
+//
+// A statement that reads one row by its id and must check that it is the
+// merchant's reads it by the id alone and compares the merchant after it
+// (in Go, or outside a MATERIALIZED CTE). With "merchant_id = $1 AND id =
+// $2", PostgreSQL may pick an index led by merchant_id that holds the id
+// further on (charges_merchant_order_status_created_idx,
+// refunds_merchant_created, webhook_events_merchant_created): on a small
+// table it costs what the primary key costs, so a generic plan cached on a
+// new deployment kept it as the table grew, and every read walked the
+// merchant's whole history: ChargeGet read 600-1,730 index blocks a charge
+// where the primary key reads a few
+// (TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow). Another merchant's row
+// is then ENOTFOUND, exactly like a row that does not exist.

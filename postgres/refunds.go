@@ -251,9 +251,10 @@ func (s *Store) refundable(ctx context.Context, rf chargeonce.Refund) error {
 // refundedCharge reads what rf's charge may still refund, its currency and
 // its status; ENOTFOUND when the merchant has no such charge.
 func (s *Store) refundedCharge(ctx context.Context, rf chargeonce.Refund) (remaining int64, currency string, status chargeonce.Status, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT COALESCE(captured_cents, amount_cents) - refunded_cents, currency, status FROM charges WHERE merchant_id = $1 AND id = $2`,
-		rf.MerchantID, rf.ChargeID).Scan(&remaining, &currency, &status)
-	if errors.Is(err, pgx.ErrNoRows) {
+	var owner string
+	err = s.pool.QueryRow(ctx, `SELECT COALESCE(captured_cents, amount_cents) - refunded_cents, currency, status, merchant_id FROM charges WHERE id = $1`,
+		rf.ChargeID).Scan(&remaining, &currency, &status, &owner) // byID
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != rf.MerchantID) {
 		return 0, "", "", chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", rf.ChargeID)
 	}
 	if err != nil {
@@ -307,7 +308,7 @@ func (s *Store) refundCompleteOne(ctx context.Context, p chargeonce.KeyCompleteP
 
 // refundCompleteArgs are refundCompleteSQL's arguments for p.
 func refundCompleteArgs(p chargeonce.KeyCompleteParams) []any {
-	return []any{p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.RefundStatus), p.FailureReason, p.TTL}
+	return []any{p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, string(p.RefundStatus), p.FailureReason, p.TTL, stateProcessing}
 }
 
 const refundSelect = `SELECT r.id, r.merchant_id, r.idempotency_key, r.charge_id, r.amount_cents, r.currency,
@@ -338,8 +339,8 @@ func (s *Store) RefundGet(ctx context.Context, merchantID, id string) (chargeonc
 	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
 		return chargeonce.Refund{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "refund %q not found", id)
 	}
-	rf, err := scanRefund(s.pool.QueryRow(ctx, refundSelect+` WHERE r.merchant_id = $1 AND r.id = $2`, merchantID, id))
-	if errors.Is(err, pgx.ErrNoRows) {
+	rf, err := scanRefund(s.pool.QueryRow(ctx, refundSelect+` WHERE r.id = $1`, id)) // byID
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && rf.MerchantID != merchantID) {
 		return chargeonce.Refund{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "refund %q not found", id)
 	}
 	if err != nil {
@@ -362,9 +363,10 @@ func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams)
 		afterID string
 	)
 	if p.StartingAfter != "" {
-		err := s.pool.QueryRow(ctx, `SELECT created_at, id FROM refunds WHERE merchant_id = $1 AND id = $2`,
-			p.MerchantID, p.StartingAfter).Scan(&afterAt, &afterID)
-		if errors.Is(err, pgx.ErrNoRows) {
+		var owner string
+		err := s.pool.QueryRow(ctx, `SELECT created_at, id, merchant_id FROM refunds WHERE id = $1`,
+			p.StartingAfter).Scan(&afterAt, &afterID, &owner) // byID
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != p.MerchantID) {
 			return chargeonce.RefundsPage{}, chargeonce.FieldError("starting_after", "starting_after %q is not one of this merchant's refunds", p.StartingAfter)
 		}
 		if err != nil {

@@ -255,9 +255,9 @@ func (s *Store) WebhookEventGet(ctx context.Context, merchantID, id string) (cha
 	}
 	var ev chargeonce.WebhookEvent
 	err := s.pool.QueryRow(ctx, `SELECT id, merchant_id, charge_id, coalesce(object_id, ''), type, created_at
-FROM webhook_events WHERE merchant_id = $1 AND id = $2`, merchantID, id).
+FROM webhook_events WHERE id = $1`, id). // byID
 		Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.ObjectID, &ev.Type, &ev.CreatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && ev.MerchantID != merchantID) {
 		return ev, nil, notFound("event", id)
 	}
 	if err != nil {
@@ -306,7 +306,7 @@ func (s *Store) WebhookAttemptsList(ctx context.Context, p chargeonce.AttemptsLi
 		return chargeonce.AttemptsPage{}, notFound("event", p.EventID)
 	}
 	var found bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM webhook_events WHERE merchant_id = $1 AND id = $2)`,
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE((SELECT merchant_id = $1 FROM webhook_events WHERE id = $2), false)`, // byID
 		p.MerchantID, p.EventID).Scan(&found); err != nil {
 		return chargeonce.AttemptsPage{}, fmt.Errorf("listing attempts: %w", translate(err))
 	}
@@ -339,9 +339,10 @@ func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListPa
 		cursor = p.StartingAfter
 	)
 	if cursor != "" {
-		err := s.pool.QueryRow(ctx, `SELECT created_at FROM webhook_events WHERE merchant_id = $1 AND id = $2`,
-			p.MerchantID, cursor).Scan(&at)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !chargeonce.ValidText(cursor)) {
+		var owner string
+		err := s.pool.QueryRow(ctx, `SELECT created_at, merchant_id FROM webhook_events WHERE id = $1`,
+			cursor).Scan(&at, &owner) // byID
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (owner != p.MerchantID || !chargeonce.ValidText(cursor))) {
 			return page, chargeonce.FieldError("starting_after", "starting_after %q is not one of your events", cursor)
 		}
 		if err != nil {
@@ -382,11 +383,13 @@ func (s *Store) WebhookEventRedeliver(ctx context.Context, merchantID, id string
 	var found bool
 	var n int
 	err := s.pool.QueryRow(ctx, `
-WITH ev AS (
-	SELECT id, merchant_id, type FROM webhook_events WHERE merchant_id = $1 AND id = $2
+WITH ev AS MATERIALIZED ( -- byID: by id alone, then the owner
+	SELECT id, merchant_id, type FROM webhook_events WHERE id = $2
+), mine AS (
+	SELECT * FROM ev WHERE merchant_id = $1
 ), d AS (
 	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
-	SELECT ev.id, e.id, ev.merchant_id FROM ev
+	SELECT ev.id, e.id, ev.merchant_id FROM mine ev
 	JOIN webhook_endpoints e ON e.merchant_id = ev.merchant_id AND e.status = 'enabled'
 		AND (e.enabled_events IS NULL OR ev.type = ANY (e.enabled_events))
 	-- At most one pending delivery per event and endpoint (0013): one
@@ -395,7 +398,7 @@ WITH ev AS (
 	DO UPDATE SET next_at = LEAST(webhook_deliveries.next_at, now())
 	RETURNING id
 )
-SELECT EXISTS (SELECT FROM ev), (SELECT count(*) FROM d)`, merchantID, id).Scan(&found, &n)
+SELECT EXISTS (SELECT FROM mine), (SELECT count(*) FROM d)`, merchantID, id).Scan(&found, &n)
 	if err != nil {
 		return 0, fmt.Errorf("redelivering event: %w", translate(err))
 	}
