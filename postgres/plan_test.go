@@ -347,3 +347,154 @@ func chargeReads(t *testing.T, conn *pgx.Conn, schema string) scans {
 	}
 	return s
 }
+
+// TestReadsByIDUseThePrimaryKeyAsTablesGrow pins the by-id reads of
+// refunds and events (params.go, "byID"): a refund, an event, and the
+// cursor row of a page of either are read by id alone, the owner compared
+// afterwards. With merchant_id = $1 AND id = $2, a generic plan made on
+// small tables may walk an index led by merchant_id (refunds_merchant_created,
+// webhook_events_merchant_created) through the merchant's whole history, as
+// ChargeGet did (TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow); a page
+// written as one statement for every filter ("empty OR condition") may read the
+// whole table through its primary key and sort it. Seen failing, 100,000
+// of each stored: RefundGet 594 index blocks a read and RefundsList 597
+// (merchant_id = $1 AND id = $2); WebhookEventsList 2,143, and 2,140 for
+// one charge's events, after the by-id change (keysetWhere fixed them).
+func TestReadsByIDUseThePrimaryKeyAsTablesGrow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	connURL := pgtest.URL(t)
+	setup := open(t, connURL)
+	if err := setup.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := setup.Pool().QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"refunds", "webhook_events", "webhook_attempts"} {
+		if _, err := setup.Pool().Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The merchant's refunds and events, from..to, each one second older
+	// than the one before it: the refunds all of one captured charge, the
+	// events each of a charge of its own (its settlement).
+	history := func(from, to int) {
+		t.Helper()
+		if _, err := setup.Pool().Exec(ctx, `
+			WITH r AS (
+				INSERT INTO refunds (id, merchant_id, idempotency_key, charge_id, amount_cents, currency, status, created_at)
+				SELECT 're_' || i, 'm', 'rk-' || i, 'ch_m', 1, 'BRL', 'succeeded', now() - i * interval '1 second'
+				FROM generate_series($1::int, $2::int) i
+			)
+			INSERT INTO webhook_events (id, merchant_id, charge_id, type, created_at)
+			SELECT 'evt_' || i, 'm', 'ch_' || i, 'charge.captured', now() - i * interval '1 second'
+			FROM generate_series($1::int, $2::int) i`, from, to); err != nil {
+			t.Fatal(err)
+		}
+		// Five attempts of each event: an endpoint that failed four times.
+		if _, err := setup.Pool().Exec(ctx, `
+			INSERT INTO webhook_attempts (event_id, endpoint_id, status_code, latency_us)
+			SELECT 'evt_' || i, 'we_m', 500, 1000 FROM generate_series($1::int, $2::int) i, generate_series(1, 5)`, from, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := setup.Pool().Exec(ctx, `
+		INSERT INTO charges (id, merchant_id, idempotency_key, order_id, amount_cents, currency, payment_token, status)
+		VALUES ('ch_m', 'm', 'k', 1, 1000000, 'BRL', 'tok', 'captured')`); err != nil {
+		t.Fatal(err)
+	}
+	const small, grown, n = 40, 100_000, 20
+	history(1, small)
+
+	// Two connections, so that every statement runs many times on each and
+	// is planned, then cached as a generic plan, on the small tables.
+	s, err := postgres.Open(ctx, connURL, postgres.WithMaxConns(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	reads := []struct {
+		name string
+		read func(id string) error
+	}{
+		{"RefundGet", func(id string) error { _, err := s.RefundGet(ctx, "m", "re_"+id); return err }},
+		{"RefundsList", func(id string) error {
+			_, err := s.RefundsList(ctx, chargeonce.RefundsListParams{MerchantID: "m", Limit: 10, StartingAfter: "re_" + id})
+			return err
+		}},
+		{"WebhookEventGet", func(id string) error { _, _, err := s.WebhookEventGet(ctx, "m", "evt_"+id); return err }},
+		{"WebhookEventsList", func(id string) error {
+			_, err := s.WebhookEventsList(ctx, chargeonce.EventsListParams{MerchantID: "m", Limit: 10, StartingAfter: "evt_" + id})
+			return err
+		}},
+		{"WebhookAttemptsList", func(id string) error {
+			page, err := s.WebhookAttemptsList(ctx, chargeonce.AttemptsListParams{MerchantID: "m", EventID: "evt_" + id, Limit: 2})
+			if err == nil && page.HasMore {
+				_, err = s.WebhookAttemptsList(ctx, chargeonce.AttemptsListParams{MerchantID: "m", EventID: "evt_" + id, Limit: 2,
+					StartingAfter: page.Attempts[len(page.Attempts)-1].ID})
+			}
+			return err
+		}},
+		{"RefundsList of a charge", func(id string) error {
+			_, err := s.RefundsList(ctx, chargeonce.RefundsListParams{MerchantID: "m", ChargeID: "ch_m", Limit: 10, StartingAfter: "re_" + id})
+			return err
+		}},
+		{"WebhookEventsList of a charge", func(id string) error {
+			_, err := s.WebhookEventsList(ctx, chargeonce.EventsListParams{MerchantID: "m", ChargeID: "ch_" + id, Limit: 10})
+			return err
+		}},
+	}
+	// round reads the oldest n of the small tables' refunds and events
+	// (their pages hold a few rows) with each read of only.
+	round := func(only string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for i := 1; i <= n; i++ {
+			for _, r := range reads {
+				if only != "" && r.name != only {
+					continue
+				}
+				wg.Go(func() {
+					if err := r.read(fmt.Sprint(small - n + i)); err != nil {
+						t.Errorf("%s: %v", r.name, err)
+					}
+				})
+			}
+		}
+		wg.Wait()
+	}
+	for range 5 {
+		round("") // plans are made here, on small tables
+	}
+	history(small+1, grown)
+
+	admin, err := pgx.Connect(ctx, connURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	blocks := func() int64 {
+		t.Helper()
+		flushStats(t, s)
+		var b int64
+		if err := admin.QueryRow(ctx, `
+			SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0) FROM pg_statio_user_tables
+			WHERE schemaname = $1 AND relname IN ('refunds', 'webhook_events', 'webhook_attempts')`, schema).Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, r := range reads {
+		before := blocks()
+		round(r.name)
+		perRead := float64(blocks()-before) / n
+		t.Logf("%s with %d refunds and %d events of the merchant: %.1f index blocks a read", r.name, grown, grown, perRead)
+		// A read by the primary key, or a page of ten from its cursor, is
+		// a few index blocks; walking the merchant's history is hundreds.
+		if perRead > 20 {
+			t.Errorf("%s took %.0f index blocks a read with %d refunds and events stored; want a few (by id, then the owner compared)", r.name, perRead, grown)
+		}
+	}
+}

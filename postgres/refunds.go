@@ -373,11 +373,9 @@ func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams)
 			return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
 		}
 	}
-	rows, err := s.pool.Query(ctx, refundSelect+`
-WHERE r.merchant_id = $1 AND ($2 = '' OR r.charge_id = $2)
-	AND ($3 = '' OR (r.created_at, r.id) < ($4, $3))
-ORDER BY r.created_at DESC, r.id DESC
-LIMIT $5`, p.MerchantID, p.ChargeID, afterID, afterAt, p.Limit+1)
+	where, args := keysetWhere(p.MerchantID, p.ChargeID, afterID, afterAt, p.Limit+1)
+	rows, err := s.pool.Query(ctx, refundSelect+` WHERE `+where+`
+ORDER BY created_at DESC, id DESC LIMIT $1`, args...)
 	if err != nil {
 		return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
 	}
