@@ -230,11 +230,8 @@ func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams)
 			return chargeonce.RefundsPage{}, wrap("listing refunds", err)
 		}
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+refundColumnsR+` FROM refunds r
-WHERE r.merchant_id = ?1 AND (?2 = '' OR r.charge_id = ?2)
-	AND (?3 IS NULL OR r.created_at < ?3 OR (r.created_at = ?3 AND r.id < ?4))
-ORDER BY r.created_at DESC, r.id DESC
-LIMIT ?5`, p.MerchantID, p.ChargeID, afterAt, p.StartingAfter, p.Limit+1)
+	q, args := refundsPageSQL(p.MerchantID, p.ChargeID, afterAt.Int64, p.StartingAfter, p.Limit+1)
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return chargeonce.RefundsPage{}, wrap("listing refunds", err)
 	}
@@ -254,4 +251,12 @@ LIMIT ?5`, p.MerchantID, p.ChargeID, afterAt, p.StartingAfter, p.Limit+1)
 		page.Refunds, page.HasMore = page.Refunds[:p.Limit], true
 	}
 	return page, nil
+}
+
+// refundsPageSQL is a page of the merchant's refunds, newest first, and its
+// arguments: see pageWhere.
+func refundsPageSQL(merchantID, chargeID string, at int64, cursor string, limit int) (string, []any) {
+	where, args := pageWhere(merchantID, chargeID, at, cursor, limit)
+	return `SELECT ` + refundColumnsR + ` FROM refunds r WHERE ` + where + `
+ORDER BY r.created_at DESC, r.id DESC LIMIT ?2`, args
 }
