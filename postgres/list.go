@@ -122,27 +122,3 @@ func (s *Store) cursor(ctx context.Context, merchantID, id, param string) (time.
 	}
 	return at, nil
 }
-
-// keysetWhere is the WHERE of a page of a merchant's refunds or events,
-// newest first, and its arguments, the first of which ($1) is limit: only
-// the filters the request has are written, so that each shape is a
-// statement of its own and the cursor (created_at, id) is an index
-// condition on (merchant_id, [charge_id,] created_at, id), as in
-// ChargesList. One statement for every shape (each filter written as "the
-// parameter is empty OR the condition") left them filters, and a generic plan
-// made while the table was small read events through the primary key and
-// sorted them: 2,143 index blocks a page with 100,000 events
-// (TestReadsByIDUseThePrimaryKeyAsTablesGrow).
-func keysetWhere(merchantID, chargeID, cursor string, at time.Time, limit int) (string, []any) {
-	args := []any{limit, merchantID}
-	where := "merchant_id = $2"
-	if chargeID != "" {
-		args = append(args, chargeID)
-		where += fmt.Sprintf(" AND charge_id = $%d", len(args))
-	}
-	if cursor != "" {
-		args = append(args, at, cursor)
-		where += fmt.Sprintf(" AND (created_at, id) < ($%d, $%d)", len(args)-1, len(args))
-	}
-	return where, args
-}

@@ -51,6 +51,29 @@ func flushStats(t *testing.T, s *postgres.Store) {
 	}
 }
 
+// migratedWithoutAutovacuum migrates connURL's schema and turns autovacuum
+// off on tables, so that their statistics stay those of the small tables
+// the store's plans are made on; it returns the store that migrated (the
+// caller closes it) and the schema.
+func migratedWithoutAutovacuum(t *testing.T, connURL string, tables ...string) (*postgres.Store, string) {
+	t.Helper()
+	ctx := t.Context()
+	setup := open(t, connURL)
+	if err := setup.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := setup.Pool().QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range tables {
+		if _, err := setup.Pool().Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return setup, schema
+}
+
 // TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow pins the stale generic
 // plan: the store's statements first run on a new deployment's empty
 // tables, which then grow with no ANALYZE (autovacuum off here, as it is
@@ -96,19 +119,7 @@ func TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow(t *testing.T) {
 func plansAsTablesGrow(t *testing.T, urlSuffix string, opts ...postgres.Option) {
 	connURL := pgtest.URL(t)
 	ctx := t.Context()
-	setup := open(t, connURL)
-	if err := setup.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var schema string
-	if err := setup.Pool().QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	for _, table := range []string{"idempotency_keys", "charges"} {
-		if _, err := setup.Pool().Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setup, schema := migratedWithoutAutovacuum(t, connURL, "idempotency_keys", "charges")
 	setup.Close()
 
 	// Two connections, so that every statement runs many times on each.
@@ -236,17 +247,7 @@ func TestRefundsAndCapturesReadTheirChargeByID(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	connURL := pgtest.URL(t)
-	setup := open(t, connURL)
-	if err := setup.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var schema string
-	if err := setup.Pool().QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := setup.Pool().Exec(ctx, "ALTER TABLE charges SET (autovacuum_enabled = false)"); err != nil {
-		t.Fatal(err)
-	}
+	setup, schema := migratedWithoutAutovacuum(t, connURL, "charges")
 	// The merchant's history: captured (even) and authorized (odd) charges.
 	history := func(from, to int) {
 		t.Helper()
@@ -359,24 +360,12 @@ func chargeReads(t *testing.T, conn *pgx.Conn, schema string) scans {
 // whole table through its primary key and sort it. Seen failing, 100,000
 // of each stored: RefundGet 594 index blocks a read and RefundsList 597
 // (merchant_id = $1 AND id = $2); WebhookEventsList 2,143, and 2,140 for
-// one charge's events, after the by-id change (keysetWhere fixed them).
+// one charge's events, after the by-id change (keyset.Where fixed them).
 func TestReadsByIDUseThePrimaryKeyAsTablesGrow(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	connURL := pgtest.URL(t)
-	setup := open(t, connURL)
-	if err := setup.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var schema string
-	if err := setup.Pool().QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	for _, table := range []string{"refunds", "webhook_events", "webhook_attempts"} {
-		if _, err := setup.Pool().Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setup, schema := migratedWithoutAutovacuum(t, connURL, "refunds", "webhook_events", "webhook_attempts")
 	// The merchant's refunds and events, from..to, each one second older
 	// than the one before it: the refunds all of one captured charge, the
 	// events each of a charge of its own (its settlement).

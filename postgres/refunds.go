@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/keyset"
 )
 
 // refundColumns are a refund's columns (r: a refunds row, or NULLs when
@@ -373,9 +374,9 @@ func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams)
 			return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
 		}
 	}
-	where, args := keysetWhere(p.MerchantID, p.ChargeID, afterID, afterAt, p.Limit+1)
+	where, args := keyset.Where("$", p.MerchantID, p.ChargeID, afterAt, afterID, p.Limit+1)
 	rows, err := s.pool.Query(ctx, refundSelect+` WHERE `+where+`
-ORDER BY created_at DESC, id DESC LIMIT $1`, args...)
+ORDER BY created_at DESC, id DESC LIMIT $2`, args...)
 	if err != nil {
 		return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
 	}

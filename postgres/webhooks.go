@@ -12,6 +12,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/internal/keyset"
 )
 
 const endpointColumns = `id, merchant_id, url, description, status, COALESCE(disabled_reason, ''),
@@ -349,7 +350,7 @@ func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListPa
 			return page, fmt.Errorf("listing events: %w", translate(err))
 		}
 	}
-	where, args := keysetWhere(p.MerchantID, p.ChargeID, cursor, at, p.Limit+1)
+	where, args := keyset.Where("$", p.MerchantID, p.ChargeID, at, cursor, p.Limit+1)
 	from := "webhook_events"
 	if p.ChargeID != "" {
 		// A charge's events are few, and its index (charge_id) gives them in
@@ -359,7 +360,7 @@ func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListPa
 		from = "(SELECT * FROM webhook_events WHERE charge_id = $3 OFFSET 0) ev"
 	}
 	rows, err := s.pool.Query(ctx, `SELECT id, merchant_id, charge_id, coalesce(object_id, ''), type, created_at
-FROM `+from+` WHERE `+where+` ORDER BY created_at DESC, id DESC LIMIT $1`, args...)
+FROM `+from+` WHERE `+where+` ORDER BY created_at DESC, id DESC LIMIT $2`, args...)
 	if err != nil {
 		return page, fmt.Errorf("listing events: %w", translate(err))
 	}

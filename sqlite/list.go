@@ -121,25 +121,3 @@ func (s *Store) cursor(ctx context.Context, merchantID, id, param string) (int64
 	}
 	return at, nil
 }
-
-// pageWhere is the WHERE of a page of a merchant's refunds or events, newest
-// first, and its arguments: ?1 the merchant, ?2 limit, then the charge and
-// the cursor's (created_at, id) when the request has them. Only the filters
-// the request has are written, so that the cursor is a range of the index
-// on (merchant_id, [charge_id,] created_at, id), as in ChargesList; written
-// as "the parameter is empty OR the condition", SQLite searched the index
-// by merchant_id alone and stepped over every newer row to reach a page
-// (TestPagesAreIndexRanges).
-func pageWhere(merchantID, chargeID string, at int64, cursor string, limit int) (string, []any) {
-	args := []any{merchantID, limit}
-	where := "merchant_id = ?1"
-	if chargeID != "" {
-		args = append(args, chargeID)
-		where += fmt.Sprintf(" AND charge_id = ?%d", len(args))
-	}
-	if cursor != "" {
-		args = append(args, at, cursor)
-		where += fmt.Sprintf(" AND (created_at, id) < (?%d, ?%d)", len(args)-1, len(args))
-	}
-	return where, args
-}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/keyset"
 )
 
 // The statements on refunds.
@@ -254,9 +255,9 @@ func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams)
 }
 
 // refundsPageSQL is a page of the merchant's refunds, newest first, and its
-// arguments: see pageWhere.
+// arguments: see keyset.Where.
 func refundsPageSQL(merchantID, chargeID string, at int64, cursor string, limit int) (string, []any) {
-	where, args := pageWhere(merchantID, chargeID, at, cursor, limit)
+	where, args := keyset.Where("?", merchantID, chargeID, at, cursor, limit)
 	return `SELECT ` + refundColumnsR + ` FROM refunds r WHERE ` + where + `
 ORDER BY r.created_at DESC, r.id DESC LIMIT ?2`, args
 }

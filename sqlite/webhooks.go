@@ -10,6 +10,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/internal/keyset"
 )
 
 // Settlement events are written by the trigger charges_webhook_event
@@ -616,11 +617,11 @@ func (s *Store) WebhookStats(ctx context.Context) (chargeonce.WebhookStats, erro
 }
 
 // eventsPageSQL is a page of the merchant's events, newest first, and its
-// arguments: see pageWhere. A charge's events are few, and read through its
+// arguments: see keyset.Where. A charge's events are few, and read through its
 // index: the merchant's index gives them in order, and SQLite chose it,
 // walking the merchant's whole history for them.
 func eventsPageSQL(merchantID, chargeID string, at int64, cursor string, limit int) (string, []any) {
-	where, args := pageWhere(merchantID, chargeID, at, cursor, limit)
+	where, args := keyset.Where("?", merchantID, chargeID, at, cursor, limit)
 	from := "webhook_events"
 	if chargeID != "" {
 		from = "webhook_events INDEXED BY webhook_events_charge"
