@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -149,7 +150,8 @@ type StreamOptions struct {
 }
 
 // EnsureStreams creates both streams, or updates them to this
-// configuration. Several workers may run it at once.
+// configuration, asking again while JetStream does not answer in time
+// (untilAnswered), until ctx ends. Several workers may run it at once.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	if o.Replicas <= 0 {
 		o.Replicas = 1
@@ -195,7 +197,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 		Discard:     jetstream.DiscardOld,
 		Duplicates:  o.Duplicates,
 	}} {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if _, err := untilAnswered(ctx, func() (jetstream.Stream, error) {
+			return js.CreateOrUpdateStream(ctx, cfg)
+		}, nil); err != nil {
 			return fmt.Errorf("creating or updating stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -298,4 +302,32 @@ func CheckMerchant(m string) error {
 		}
 	}
 	return nil
+}
+
+// retryUnanswered is how long untilAnswered waits before asking again.
+const retryUnanswered = 250 * time.Millisecond
+
+// untilAnswered makes a JetStream API call, and makes it again while it is
+// not answered in time (the API's timeout: a cluster electing a leader, or
+// too busy to create a replicated stream or consumer within it) and ctx
+// lasts; an answer, an error included, ends it. Only idempotent calls go
+// through it: creating or updating a stream or consumer to one
+// configuration, which a request that took effect unseen does not change.
+// unanswered, when not nil, hears of each retry.
+func untilAnswered[T any](ctx context.Context, call func() (T, error), unanswered func(attempt int, err error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := call()
+		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if err == nil || ctx.Err() != nil || !timedOut {
+			return v, err
+		}
+		if unanswered != nil {
+			unanswered(attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(retryUnanswered):
+		}
+	}
 }

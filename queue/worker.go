@@ -187,15 +187,31 @@ func (w *Worker) ConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// createConsumer creates or updates the consumer, asking again while the
+// JetStream API does not answer in time (untilAnswered). Seen: a three-node
+// cluster on a loaded CI machine took longer than the API's 5 s to create
+// the R3 consumer (TestClusterNodeKilled), and the worker gave up.
+func (w *Worker) createConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return untilAnswered(ctx, func() (jetstream.Consumer, error) {
+		return w.js.CreateOrUpdateConsumer(ctx, RequestStream, w.ConsumerConfig())
+	}, func(attempt int, err error) {
+		w.log.WarnContext(ctx, "JetStream did not answer in time creating the consumer; asking again",
+			"consumer", w.opts.Durable, "stream", RequestStream, "attempt", attempt, "err", err)
+	})
+}
+
 // Start creates (or updates) the durable consumer and starts consuming. The
-// streams must exist (EnsureStreams). It returns once consuming has begun.
+// streams must exist (EnsureStreams). It returns once consuming has begun,
+// or when ctx ends; a JetStream API that does not answer in time (a cluster
+// electing a leader, or too busy to create a replicated consumer within the
+// API timeout) is asked again, every consumerRetry, until it does.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cc != nil {
 		return nil
 	}
-	cons, err := w.js.CreateOrUpdateConsumer(ctx, RequestStream, w.ConsumerConfig())
+	cons, err := w.createConsumer(ctx)
 	if err != nil {
 		return fmt.Errorf("creating consumer %s on %s: %w", w.opts.Durable, RequestStream, err)
 	}
