@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -114,7 +113,7 @@ func (s *Store) cursor(ctx context.Context, merchantID, id, param string) (time.
 		owner string
 	)
 	err := s.pool.QueryRow(ctx, `SELECT created_at, merchant_id FROM charges WHERE id = $1`, id).Scan(&at, &owner) // byID
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != merchantID) {
+	if notTheirs(err, owner, merchantID) {
 		return time.Time{}, bad
 	}
 	if err != nil {

@@ -184,7 +184,7 @@ SELECT c.status, c.amount_cents, c.currency,
 FROM charges c WHERE c.id = $1`, // byID
 		op.ChargeID).Scan(&status, &amount, &currency, &live, &owner)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != op.MerchantID):
+	case notTheirs(err, owner, op.MerchantID):
 		return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", op.ChargeID)
 	case err != nil:
 		return fmt.Errorf("reading the charge of a %s: %w", op.Kind, translate(err))

@@ -1,6 +1,12 @@
 package postgres
 
-import "github.com/chargeonce/chargeonce"
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chargeonce/chargeonce"
+)
 
 // States passed as parameters.
 //
@@ -39,5 +45,11 @@ const (
 // new deployment kept it as the table grew, and every read walked the
 // merchant's whole history: ChargeGet read 600-1,730 index blocks a charge
 // where the primary key reads a few
-// (TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow). Another merchant's row
-// is then ENOTFOUND, exactly like a row that does not exist.
+// (TestPlansMadeOnEmptyTablesUseIndexesAsTheyGrow).
+//
+// notTheirs reports whether such a read found nothing for merchantID: no
+// row, or another merchant's (owner), which is then answered exactly like a
+// row that does not exist.
+func notTheirs(err error, owner, merchantID string) bool {
+	return errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != merchantID)
+}

@@ -255,7 +255,7 @@ func (s *Store) refundedCharge(ctx context.Context, rf chargeonce.Refund) (remai
 	var owner string
 	err = s.pool.QueryRow(ctx, `SELECT COALESCE(captured_cents, amount_cents) - refunded_cents, currency, status, merchant_id FROM charges WHERE id = $1`,
 		rf.ChargeID).Scan(&remaining, &currency, &status, &owner) // byID
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != rf.MerchantID) {
+	if notTheirs(err, owner, rf.MerchantID) {
 		return 0, "", "", chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", rf.ChargeID)
 	}
 	if err != nil {
@@ -341,7 +341,7 @@ func (s *Store) RefundGet(ctx context.Context, merchantID, id string) (chargeonc
 		return chargeonce.Refund{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "refund %q not found", id)
 	}
 	rf, err := scanRefund(s.pool.QueryRow(ctx, refundSelect+` WHERE r.id = $1`, id)) // byID
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && rf.MerchantID != merchantID) {
+	if notTheirs(err, rf.MerchantID, merchantID) {
 		return chargeonce.Refund{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "refund %q not found", id)
 	}
 	if err != nil {
@@ -367,7 +367,7 @@ func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams)
 		var owner string
 		err := s.pool.QueryRow(ctx, `SELECT created_at, id, merchant_id FROM refunds WHERE id = $1`,
 			p.StartingAfter).Scan(&afterAt, &afterID, &owner) // byID
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != p.MerchantID) {
+		if notTheirs(err, owner, p.MerchantID) {
 			return chargeonce.RefundsPage{}, chargeonce.FieldError("starting_after", "starting_after %q is not one of this merchant's refunds", p.StartingAfter)
 		}
 		if err != nil {

@@ -785,7 +785,7 @@ func (s *Store) ChargeGet(ctx context.Context, merchantID, id string) (chargeonc
 	}
 	// By id alone, then the owner: byID.
 	c, err := scanCharge(s.pool.QueryRow(ctx, `SELECT `+chargeColumns+` FROM charges WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && c.MerchantID != merchantID) {
+	if notTheirs(err, c.MerchantID, merchantID) {
 		return chargeonce.Charge{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", id)
 	}
 	if err != nil {

@@ -258,7 +258,7 @@ func (s *Store) WebhookEventGet(ctx context.Context, merchantID, id string) (cha
 	err := s.pool.QueryRow(ctx, `SELECT id, merchant_id, charge_id, coalesce(object_id, ''), type, created_at
 FROM webhook_events WHERE id = $1`, id). // byID
 		Scan(&ev.ID, &ev.MerchantID, &ev.ChargeID, &ev.ObjectID, &ev.Type, &ev.CreatedAt)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && ev.MerchantID != merchantID) {
+	if notTheirs(err, ev.MerchantID, merchantID) {
 		return ev, nil, notFound("event", id)
 	}
 	if err != nil {
@@ -343,7 +343,7 @@ func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListPa
 		var owner string
 		err := s.pool.QueryRow(ctx, `SELECT created_at, merchant_id FROM webhook_events WHERE id = $1`,
 			cursor).Scan(&at, &owner) // byID
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (owner != p.MerchantID || !chargeonce.ValidText(cursor))) {
+		if notTheirs(err, owner, p.MerchantID) || (err == nil && !chargeonce.ValidText(cursor)) {
 			return page, chargeonce.FieldError("starting_after", "starting_after %q is not one of your events", cursor)
 		}
 		if err != nil {

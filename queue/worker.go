@@ -204,7 +204,7 @@ func (w *Worker) createConsumer(ctx context.Context) (jetstream.Consumer, error)
 // streams must exist (EnsureStreams). It returns once consuming has begun,
 // or when ctx ends; a JetStream API that does not answer in time (a cluster
 // electing a leader, or too busy to create a replicated consumer within the
-// API timeout) is asked again, every consumerRetry, until it does.
+// API timeout) is asked again until it does (untilAnswered).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -25,14 +24,7 @@ const slowWriteDeadline = 2 * time.Millisecond
 func TestGroupCommitOneDeadlineDoesNotFailTheGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "deadline.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := migrated(t)
 	if _, err := s.wdb.ExecContext(ctx, "CREATE TABLE slow (x INTEGER)"); err != nil {
 		t.Fatal(err)
 	}

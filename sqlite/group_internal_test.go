@@ -11,6 +11,22 @@ import (
 	"github.com/chargeonce/chargeonce"
 )
 
+// migrated opens a migrated store in a file of its own, closed when the
+// test ends.
+func migrated(t *testing.T) *Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func groupIntent(key string) chargeonce.KeyInsertParams {
 	return chargeonce.KeyInsertParams{
 		Fingerprint: "fp_" + key, Token: "tok_" + key, Lease: time.Hour,
@@ -26,14 +42,7 @@ func groupIntent(key string) chargeonce.KeyInsertParams {
 func TestGroupCommitKeepsEachWritesOutcome(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "group.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := migrated(t)
 	owned := map[string]chargeonce.KeyRecord{}
 	for _, k := range []string{"c", "c2"} {
 		rec, ins, err := s.KeyInsert(ctx, groupIntent(k))

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -19,14 +18,7 @@ import (
 func TestPagesAreIndexRanges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "pages.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := migrated(t)
 	for _, c := range []struct {
 		name, charge, cursor string
 		// index is how SQLite names the search it plans: the index, and
