@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"regexp"
 	"strings"
 	"sync"
@@ -138,7 +139,7 @@ func TestDroppedAnswerIsReplayedNotRecharged(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setup(t, kind, engine.Options{}, acquirer.Options{})
-			p := startProxy(t, f.inst.URL, func(n int) step { return step{drop: n == 1} })
+			p := startProxy(t, f.inst.URL, func(n int, _ seen) step { return step{drop: n == 1} })
 			var log attemptLog
 			c := newClient(t, p.URL(), log.hook())
 			order := orderSeq.Add(1)
@@ -169,39 +170,52 @@ func TestDroppedAnswerIsReplayedNotRecharged(t *testing.T) {
 }
 
 // The answer comes back after the client stopped waiting for it: the retry
-// on a fresh connection gets the stored 201.
+// on a fresh connection gets the stored 201. The service need not see the
+// attempts in the order the client sent them: "retry first" holds attempt 1
+// back before the service, so that the retry makes the charge (CI saw that
+// order on a loaded machine); either way the answer that made the charge is
+// the one held past the timeout, and a later attempt replays it.
 func TestAnswerPastAttemptTimeoutIsReplayed(t *testing.T) {
 	t.Parallel()
+	orders := map[string]func(n int) time.Duration{
+		"in order":    func(int) time.Duration { return 0 },
+		"retry first": func(n int) time.Duration { return time.Duration(max(2-n, 0)) * 400 * time.Millisecond },
+	}
 	for _, kind := range storeKinds {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			f := setup(t, kind, engine.Options{}, acquirer.Options{})
-			p := startProxy(t, f.inst.URL, func(n int) step {
-				if n == 1 {
-					return step{delay: 3 * time.Second}
-				}
-				return step{}
-			})
-			var log attemptLog
-			c := newClient(t, p.URL(), client.WithAttemptTimeout(250*time.Millisecond), log.hook())
-			order := orderSeq.Add(1)
+		for name, late := range orders {
+			t.Run(kind+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				f := setup(t, kind, engine.Options{}, acquirer.Options{})
+				p := startLateProxy(t, f.inst.URL, onFirstNewCharge(step{delay: 3 * time.Second}), late)
+				var log attemptLog
+				c := newClient(t, p.URL(), client.WithAttemptTimeout(250*time.Millisecond), log.hook())
+				order := orderSeq.Add(1)
 
-			ch, err := c.CreateCharge(context.Background(), charge(order, "tok_ok"))
-			if err != nil {
-				t.Fatalf("CreateCharge: %v", err)
-			}
-			// Attempt 2 normally replays; on a loaded machine it can itself
-			// outlast the 250ms attempt timeout, and a later one replays.
-			if !ch.Replayed || ch.Attempts < 2 {
-				t.Fatalf("Replayed = %v, Attempts = %d; want a replay on a retry", ch.Replayed, ch.Attempts)
-			}
-			atts, _ := log.attempts()
-			if !errors.Is(atts[0].Err, client.ErrAttemptTimeout) {
-				t.Fatalf("attempt 1 error = %v, want ErrAttemptTimeout", atts[0].Err)
-			}
-			sameOnEveryAttempt(t, p.requests())
-			wantCapturedOnce(t, f, ch, order)
-		})
+				ch, err := c.CreateCharge(context.Background(), charge(order, "tok_ok"))
+				if err != nil {
+					t.Fatalf("CreateCharge: %v", err)
+				}
+				wantCapturedOnce(t, f, ch, order)
+				atts, _ := log.attempts()
+				reqs := p.requests()
+				if !ch.Replayed || ch.Attempts < 2 {
+					t.Fatalf("Replayed = %v, Attempts = %d; want a replay on a retry\nattempts: %+v\nproxy saw: %v", ch.Replayed, ch.Attempts, atts, reqs)
+				}
+				if !errors.Is(atts[0].Err, client.ErrAttemptTimeout) {
+					t.Fatalf("attempt 1 error = %v, want ErrAttemptTimeout", atts[0].Err)
+				}
+				fresh := 0
+				for _, r := range reqs {
+					if r.status == http.StatusCreated && !r.replayed {
+						fresh++
+					}
+				}
+				if fresh != 1 {
+					t.Fatalf("the service answered %d requests with a new charge, want 1: %v", fresh, reqs)
+				}
+				sameOnEveryAttempt(t, reqs)
+			})
+		}
 	}
 }
 
@@ -210,7 +224,7 @@ func TestAnswerPastAttemptTimeoutIsReplayed(t *testing.T) {
 func TestSameKeyAndBodyOnEveryAttempt(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "sqlite", engine.Options{}, acquirer.Options{})
-	p := startProxy(t, f.inst.URL, func(n int) step {
+	p := startProxy(t, f.inst.URL, func(n int, _ seen) step {
 		switch n {
 		case 1, 3:
 			return step{drop: true}
@@ -278,7 +292,7 @@ func TestDeclineIsNotRetried(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setup(t, kind, engine.Options{}, acquirer.Options{})
-			p := startProxy(t, f.inst.URL, func(int) step { return step{} })
+			p := startProxy(t, f.inst.URL, func(int, seen) step { return step{} })
 			c := newClient(t, p.URL())
 			order := orderSeq.Add(1)
 			req := charge(order, acquirer.TokenDeclined)
@@ -400,7 +414,7 @@ func TestExpiredContextReturnsPromptly(t *testing.T) {
 			// fixed budget a loaded machine can spend on attempt 1 alone.
 			ctx := newSignalDeadline()
 			var expired atomic.Int64
-			p := startProxy(t, f.inst.URL, func(n int) step {
+			p := startProxy(t, f.inst.URL, func(n int, _ seen) step {
 				if n == 1 {
 					return step{drop: true}
 				}

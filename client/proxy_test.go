@@ -3,11 +3,13 @@ package client_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -27,7 +29,29 @@ type seen struct {
 	key          string
 	body         []byte
 	at           time.Time
-	status       int // of the service's answer, relayed or not
+	status       int  // of the service's answer, relayed or not
+	replayed     bool // the answer carried Idempotent-Replayed: true
+}
+
+// String is what a failure prints of a request: not its body.
+func (s seen) String() string {
+	return fmt.Sprintf("%s %s key=%s → %d replayed=%v", s.method, s.path, s.key, s.status, s.replayed)
+}
+
+// onFirstNewCharge returns a plan that does st to the first answer that
+// carries a charge the service has just made (a 201 that is not a replay),
+// and relays every other answer at once. The service need not answer the
+// requests in the order they reached the proxy: on a loaded machine the
+// retry can reach the store before the attempt it retries (CI saw it), and
+// then the retry's answer is the one that must be lost.
+func onFirstNewCharge(st step) func(int, seen) step {
+	var done atomic.Bool
+	return func(_ int, a seen) step {
+		if a.status == http.StatusCreated && !a.replayed && done.CompareAndSwap(false, true) {
+			return st
+		}
+		return step{}
+	}
 }
 
 // proxy is a TCP proxy on loopback that speaks just enough HTTP/1.1 to find
@@ -37,7 +61,10 @@ type seen struct {
 type proxy struct {
 	ln       net.Listener
 	upstream string
-	plan     func(n int) step // n counts requests from 1
+	plan     func(n int, answer seen) step // n counts requests from 1
+	// late holds request n back this long before forwarding it: the retry
+	// that follows it can reach the service first.
+	late func(n int) time.Duration
 
 	mu    sync.Mutex
 	n     int
@@ -49,7 +76,13 @@ type proxy struct {
 }
 
 // startProxy proxies to the service at upstreamURL, closed at cleanup.
-func startProxy(t *testing.T, upstreamURL string, plan func(n int) step) *proxy {
+func startProxy(t *testing.T, upstreamURL string, plan func(n int, answer seen) step) *proxy {
+	return startLateProxy(t, upstreamURL, plan, func(int) time.Duration { return 0 })
+}
+
+// startLateProxy is startProxy, holding request n back late(n) before
+// forwarding it.
+func startLateProxy(t *testing.T, upstreamURL string, plan func(n int, answer seen) step, late func(n int) time.Duration) *proxy {
 	t.Helper()
 	u, err := url.Parse(upstreamURL)
 	if err != nil {
@@ -59,7 +92,7 @@ func startProxy(t *testing.T, upstreamURL string, plan func(n int) step) *proxy 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, upstream: u.Host, plan: plan, conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
+	p := &proxy{ln: ln, upstream: u.Host, plan: plan, late: late, conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -145,6 +178,9 @@ func (p *proxy) serve(client net.Conn) {
 		p.reqs = append(p.reqs, seen{method: req.Method, path: req.URL.RequestURI(), key: req.Header.Get("Idempotency-Key"), body: body, at: time.Now()})
 		p.mu.Unlock()
 
+		if !p.sleep(p.late(n)) {
+			return
+		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		if err := req.Write(up); err != nil {
 			return
@@ -160,20 +196,16 @@ func (p *proxy) serve(client net.Conn) {
 		}
 		p.mu.Lock()
 		p.reqs[n-1].status = resp.StatusCode
+		p.reqs[n-1].replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+		answer := p.reqs[n-1]
 		p.mu.Unlock()
 
-		st := p.plan(n)
+		st := p.plan(n, answer)
 		if st.drop {
 			return
 		}
-		if st.delay > 0 {
-			t := time.NewTimer(st.delay)
-			select {
-			case <-t.C:
-			case <-p.closed:
-				t.Stop()
-				return
-			}
+		if !p.sleep(st.delay) {
+			return
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(rbody))
 		resp.ContentLength = int64(len(rbody))
@@ -181,5 +213,20 @@ func (p *proxy) serve(client net.Conn) {
 		if err := resp.Write(client); err != nil {
 			return
 		}
+	}
+}
+
+// sleep waits d, and reports false when the proxy closed first.
+func (p *proxy) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.closed:
+		return false
 	}
 }
