@@ -155,11 +155,21 @@ type idler struct {
 	since time.Time
 }
 
-// evictable returns the longest idle connection of idle if it has been
-// idle for evictGrace, or nil.
+// evictScan bounds how many idle connections one admission looks at (under
+// the limiter's lock) for one with nothing unread.
+const evictScan = 16
+
+// evictable returns the longest idle connection of idle that has been idle
+// for evictGrace and holds no unread bytes, or nil. A connection whose
+// request has arrived but not been read yet (a machine short of CPU can
+// take longer than the grace to get to it) is skipped: closing it would
+// drop a request its client already sent, with no answer, where refusing
+// the new connection answers it 503 with Retry-After.
 func evictable(idle *list.List, now time.Time) *list.Element {
-	if e := idle.Front(); e != nil && now.Sub(e.Value.(idler).since) >= evictGrace {
-		return e
+	for e, n := idle.Front(), 0; e != nil && n < evictScan && now.Sub(e.Value.(idler).since) >= evictGrace; e, n = e.Next(), n+1 {
+		if !unread(e.Value.(idler).conn) {
+			return e
+		}
 	}
 	return nil
 }
