@@ -81,7 +81,10 @@ func TestReconPageInBrowser(t *testing.T) {
 	do("back to the run", chromedp.Navigate(e.admin.URL+"/admin/recon"), chromedp.WaitVisible("#recon-exceptions"))
 	form := `#recon-exceptions form.ack:has(input[value="` + id + `"])`
 	do("acknowledging with a note", chromedp.SendKeys(form+` input[name="note"]`, "acquirer outage on the 6th; settled by hand"),
-		chromedp.Submit(form+` input[name="note"]`), chromedp.WaitVisible("#recon-exceptions"))
+		// The page the form posts back to has #recon-exceptions too: what
+		// says it has loaded is that this exception's form is gone (CI read
+		// the old page's text when the wait matched it).
+		chromedp.Submit(form+` input[name="note"]`), chromedp.WaitNotPresent(form), chromedp.WaitVisible("#recon-exceptions"))
 	fits()
 	ex := text("#recon-exceptions")
 	if !strings.Contains(ex, "alice") || !strings.Contains(ex, "acquirer outage on the 6th") {
