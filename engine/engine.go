@@ -287,6 +287,25 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 	token := idempotency.NewToken()
 	ctx, cancel := e.detach(ctx)
 	defer cancel()
+	for round := 1; ; round++ {
+		resp, err := e.chargeRound(ctx, client, merchantID, key, fp, token, req)
+		if errors.Is(err, errReleased) && round < chargeRounds {
+			// The record this attempt found was released before it could
+			// be claimed: nothing is kept for the key, so the attempt
+			// starts again with an insert.
+			continue
+		}
+		return resp, err
+	}
+}
+
+// chargeRounds bounds how many times one attempt inserts again after the
+// record it found was released (errReleased) before it could claim it.
+const chargeRounds = 3
+
+// chargeRound is one round of Charge from its insert: the insert, and then
+// the new record's drive or the answer for the one that holds the key.
+func (e *Engine) chargeRound(ctx, client context.Context, merchantID, key, fp, token string, req *chargeonce.ChargeRequest) (Response, error) {
 	rec, inserted, err := e.store.KeyInsert(ctx, chargeonce.KeyInsertParams{
 		Fingerprint: fp,
 		Token:       token,
@@ -354,6 +373,13 @@ func (e *Engine) takeOver(ctx, client context.Context, rec chargeonce.KeyRecord,
 	}
 	defer done()
 	claimed, ok, err := e.store.KeyClaim(ctx, merchantID, key, token, e.opts.Lease)
+	if chargeonce.ErrorCode(err) == chargeonce.ENOTFOUND {
+		// The record is gone since the insert found it: released by the
+		// attempt that owned it, which had not called the acquirer (only a
+		// charge's record is ever released). It is no 404: the same
+		// request with the same key may start again.
+		return Response{}, errReleased
+	}
 	if err != nil {
 		return Response{}, fmt.Errorf("claiming expired lease: %w", err)
 	}
@@ -366,6 +392,16 @@ func (e *Engine) takeOver(ctx, client context.Context, rec chargeonce.KeyRecord,
 		return e.busy(claimed)
 	}
 	return e.decided(ctx, claimed, "", "lease ended: claimed the record, looking the reference up before any re-send", e.driveAttempt(ctx, claimed, token, true)), nil
+}
+
+// errReleased is takeOver's answer when the record it was to claim was
+// released meanwhile: nothing is kept for the key and the money never
+// moved. Charge inserts again; past chargeRounds the client is told to
+// retry (503), as SPEC answers a path that cannot start the attempt now.
+var errReleased = &chargeonce.Error{
+	Code:       chargeonce.EUNAVAILABLE,
+	Message:    "the attempt holding this Idempotency-Key let it go as this one arrived; nothing was kept for it: retry with the same Idempotency-Key",
+	RetryAfter: time.Second,
 }
 
 // detach returns the context an attempt's writes run on once it starts
