@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,5 +134,38 @@ func TestRefundsShareGroupCommit(t *testing.T) {
 	}
 	if got := s.batches.failed.Load() - failedBefore; got != 0 {
 		t.Fatalf("%d batches failed: a refused over-refund must not fail the batch it ran in", got)
+	}
+}
+
+// A batch of refunds that all succeeded gives nothing back, so its
+// statement does not touch charges (an UPDATE of no row still fires the
+// settlement events' statement trigger); one failed or canceled refund in
+// it makes the batch give amounts back. TestRefundsShareGroupCommit checks
+// what the statements write.
+func TestRefundCompletionsTouchChargesOnlyToGiveBack(t *testing.T) {
+	t.Parallel()
+	job := func(status chargeonce.RefundStatus) *completeJob {
+		return &completeJob{p: chargeonce.KeyCompleteParams{Kind: chargeonce.KindRefund, RefundStatus: status}}
+	}
+	succeeded, failed, canceled := job(chargeonce.RefundSucceeded), job(chargeonce.RefundFailed), job(chargeonce.RefundCanceled)
+	for _, tc := range []struct {
+		jobs []*completeJob
+		want string
+	}{
+		{[]*completeJob{succeeded, succeeded}, refundSucceedBatchSQL},
+		{[]*completeJob{succeeded, failed}, refundCompleteBatchSQL},
+		{[]*completeJob{canceled, succeeded}, refundCompleteBatchSQL},
+	} {
+		if got := refundCompleteBatchStatement(tc.jobs); got != tc.want {
+			t.Errorf("%d jobs, first %s: got the other statement", len(tc.jobs), tc.jobs[0].p.RefundStatus)
+		}
+	}
+	if strings.Contains(refundSucceedBatchSQL, "charges") || strings.Contains(refundSucceedSQL, "charges") {
+		t.Error("a statement completing succeeded refunds names charges")
+	}
+	for _, s := range []chargeonce.RefundStatus{chargeonce.RefundFailed, chargeonce.RefundCanceled} {
+		if refundCompleteStatement(s) != refundCompleteSQL {
+			t.Errorf("a %s refund completes without giving its amount back", s)
+		}
 	}
 }

@@ -190,22 +190,42 @@ SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns 
 FROM k JOIN r ON r.id = k.charge_id JOIN cap c ON c.refund_id = r.id
 	LEFT JOIN charge_operations o ON false`
 
-// refundCompleteBatchSQL is refundCompleteSQL for many refunds' records,
-// with keyCompleteBatchSQL's arguments (completeBatch): the records
-// complete under their tokens, their refunds take their final statuses,
-// and the charges of those that failed or were canceled get their amounts
-// back, summed per charge.
-const refundCompleteBatchSQL = completeBatchCTE + `, r AS (
+// refundSettleBatchCTE is refundSettleCTE for many refunds' records, with
+// keyCompleteBatchSQL's arguments (completeBatch): the records complete
+// under their tokens and their refunds take their final statuses.
+const refundSettleBatchCTE = completeBatchCTE + `, r AS (
 	UPDATE refunds
 	SET status = k.final_status, failure_reason = NULLIF(k.reason, ''), updated_at = now()
 	FROM k WHERE refunds.id = k.charge_id AND refunds.status = 'pending'
 	RETURNING refunds.charge_id, refunds.amount_cents, refunds.status
-), c AS (
+)`
+
+// refundSucceedBatchSQL is refundSucceedSQL for many refunds that all
+// succeeded: it does not touch charges.
+const refundSucceedBatchSQL = refundSettleBatchCTE + `
+SELECT merchant_id, key FROM k`
+
+// refundCompleteBatchSQL is refundCompleteSQL for many refunds' records:
+// refundSettleBatchCTE, and the charges of those that failed or were
+// canceled get their amounts back, summed per charge.
+const refundCompleteBatchSQL = refundSettleBatchCTE + `, c AS (
 	UPDATE charges SET refunded_cents = charges.refunded_cents - back.cents
 	FROM (SELECT charge_id, sum(amount_cents) AS cents FROM r WHERE status IN ('failed', 'canceled') GROUP BY charge_id) back
 	WHERE charges.id = back.charge_id
 )
 SELECT merchant_id, key FROM k`
+
+// refundCompleteBatchStatement is the statement that completes jobs, the
+// completions of refunds: refundSucceedBatchSQL when every one of them
+// succeeded, as refundCompleteStatement chooses for one.
+func refundCompleteBatchStatement(jobs []*completeJob) string {
+	for _, j := range jobs {
+		if j.p.RefundStatus != chargeonce.RefundSucceeded {
+			return refundCompleteBatchSQL
+		}
+	}
+	return refundSucceedBatchSQL
+}
 
 // insertJob is one attempt's KeyInsert round in the batcher.
 type insertJob struct {
@@ -321,7 +341,7 @@ func (s *Store) runBatch(ctx context.Context, batch []job) error {
 	reads = append(reads, queueRefundInserts(&b, refundInserts)...)
 	if len(refundCompletes) > 0 {
 		args, read := completeBatch(refundCompletes)
-		b.Queue(refundCompleteBatchSQL, args...)
+		b.Queue(refundCompleteBatchStatement(refundCompletes), args...)
 		reads = append(reads, read)
 	}
 	br := s.pool.SendBatch(ctx, &b)

@@ -455,7 +455,7 @@ func (s *Store) ChargeResolve(ctx context.Context, p chargeonce.ResolveParams) (
 		sql, status, detail := keyCompleteSQL, string(c.ChargeStatus), c.DeclineCode
 		switch c.Kind {
 		case chargeonce.KindRefund:
-			sql, status, detail = refundCompleteSQL, string(c.RefundStatus), c.FailureReason
+			sql, status, detail = refundCompleteStatement(c.RefundStatus), string(c.RefundStatus), c.FailureReason
 		case chargeonce.KindCapture, chargeonce.KindCancel:
 			sql, status, detail = operationCompleteSQL, string(c.OperationStatus), c.FailureReason
 		}
