@@ -26,6 +26,10 @@ var RefundStatuses = []RefundStatus{RefundPending, RefundSucceeded, RefundFailed
 // Final reports whether s is a settled state.
 func (s RefundStatus) Final() bool { return s != RefundPending && s != "" }
 
+// GivesBack reports whether a refund settling in s gives its amount back to
+// what its charge may still refund: no money went back.
+func (s RefundStatus) GivesBack() bool { return s == RefundFailed || s == RefundCanceled }
+
 // Refund moves money back from a captured charge. Its ID doubles as the
 // reference sent to the acquirer, so re-driving it can never refund twice.
 type Refund struct {

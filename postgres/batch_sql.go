@@ -216,13 +216,11 @@ const refundCompleteBatchSQL = refundSettleBatchCTE + `, c AS (
 SELECT merchant_id, key FROM k`
 
 // refundCompleteBatchStatement is the statement that completes jobs, the
-// completions of refunds: refundSucceedBatchSQL when every one of them
-// succeeded, as refundCompleteStatement chooses for one.
+// completions of refunds: refundSucceedBatchSQL unless one of them gives
+// its amount back, as refundCompleteStatement chooses for one.
 func refundCompleteBatchStatement(jobs []*completeJob) string {
-	for _, j := range jobs {
-		if j.p.RefundStatus != chargeonce.RefundSucceeded {
-			return refundCompleteBatchSQL
-		}
+	if slices.ContainsFunc(jobs, func(j *completeJob) bool { return j.p.RefundStatus.GivesBack() }) {
+		return refundCompleteBatchSQL
 	}
 	return refundSucceedBatchSQL
 }

@@ -283,21 +283,21 @@ const refundCompleteSQL = refundSettleCTE + `, c AS (
 )
 SELECT count(*) FROM k`
 
-// refundSucceedSQL is refundCompleteSQL for a refund that succeeded, which
-// gives nothing back: it does not touch charges at all. An UPDATE of no
-// row still fires the statement triggers on charges (the settlement
-// events' and, through its INSERT of no event, the fan-out's), about
-// 35 µs of PostgreSQL's time a statement (docs/performance.md).
+// refundSucceedSQL is refundCompleteSQL for a refund that gives nothing
+// back: it does not touch charges at all. An UPDATE of no row still fires
+// the statement triggers on charges (the settlement events' and, through
+// its INSERT of no event, the fan-out's), about 37 µs of PostgreSQL's time
+// a statement (docs/performance.md).
 const refundSucceedSQL = refundSettleCTE + `
 SELECT count(*) FROM k`
 
 // refundCompleteStatement is the statement that completes a refund
 // ending in status.
 func refundCompleteStatement(status chargeonce.RefundStatus) string {
-	if status == chargeonce.RefundSucceeded {
-		return refundSucceedSQL
+	if status.GivesBack() {
+		return refundCompleteSQL
 	}
-	return refundCompleteSQL
+	return refundSucceedSQL
 }
 
 func (s *Store) refundComplete(ctx context.Context, p chargeonce.KeyCompleteParams) error {

@@ -186,7 +186,7 @@ func refundCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.
 	if err != nil {
 		return wrap("completing refund", err)
 	}
-	if p.RefundStatus == chargeonce.RefundFailed || p.RefundStatus == chargeonce.RefundCanceled {
+	if p.RefundStatus.GivesBack() {
 		if _, err := tx.ExecContext(ctx, sqlRefundGiveBack, chargeID, amount); err != nil {
 			return wrap("giving a failed refund's amount back", err)
 		}
