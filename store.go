@@ -64,6 +64,14 @@ type KeyRecord struct {
 	// while processing). Caches count it down on their own monotonic clock
 	// instead of comparing ExpiresAt with an instance's wall clock.
 	ExpiresIn time.Duration
+	// Quiet is how long nothing had been sent for the record's reference
+	// when an operator's resolution claimed it (ChargeResolveClaim, the
+	// only read that fills it): now() - the LeaseUntil of the lease or
+	// back-off it took over, by the database's clock. Every request for a
+	// reference is sent under a lease, before it ends, so our last
+	// request is at least Quiet old (SPEC "Finality"). It is negative
+	// while a back-off had time left.
+	Quiet time.Duration
 	// Charge is the charge the record guards or, for a refund's record
 	// (Refund set), the charge being refunded.
 	Charge Charge
@@ -328,6 +336,10 @@ type LookupRequest struct {
 	// PaymentIntent's refunds, and a void leaves nothing but the canceled
 	// PaymentIntent) need it. Empty for a charge's.
 	ChargeReference string
+	// Kind is the kind of record the reference is of: a charge's, a
+	// refund's, a capture's or a cancel's (fences and adapters that keep
+	// them apart need it).
+	Kind RecordKind
 }
 
 // LookupPurpose is the question a lookup answers.
@@ -391,6 +403,10 @@ type LookupResult struct {
 	// AcquirerID is the acquirer's own id for the reference, when the
 	// lookup learned one (a PaymentIntent found by search).
 	AcquirerID string
+	// Fenced is set by a Fencer's answer when the reference held nothing
+	// and is now fenced: nothing can land under it any more (Status is
+	// LookupSafeToSend).
+	Fenced bool
 	// Binding is set when the acquirer's own state decides the question so
 	// that no operator may settle the charge otherwise, even with force: a
 	// PaymentIntent that succeeded, is processing or awaits capture cannot
@@ -406,7 +422,7 @@ func (r LookupResult) Open() bool { return r.Binding && r.Status == LookupUnsure
 // LookupRequest asks about the record's reference, with what the record
 // knows: its age by the database's clock and the acquirer's id, if any.
 func (r *KeyRecord) LookupRequest(purpose LookupPurpose) LookupRequest {
-	lr := LookupRequest{Reference: r.Reference(), Age: r.Age, AgeKnown: true, AcquirerID: r.AcquirerID, Purpose: purpose}
+	lr := LookupRequest{Reference: r.Reference(), Age: r.Age, AgeKnown: true, AcquirerID: r.AcquirerID, Purpose: purpose, Kind: r.Kind()}
 	if r.Refund != nil || r.Operation != nil {
 		lr.ChargeReference = r.Charge.Reference()
 	}

@@ -43,6 +43,8 @@ func (o *Operation) Result() chargeonce.OperationResult {
 type opRef struct {
 	runs int
 	op   *Operation
+	// fenced: Fence was called before anything settled.
+	fenced bool
 }
 
 var _ chargeonce.ManualCapturer = (*Simulator)(nil)
@@ -57,18 +59,21 @@ func (s *Simulator) Authorize(ctx context.Context, req chargeonce.CaptureRequest
 
 // CaptureAuthorized captures req.AmountCents (at most the authorized
 // amount) of the authorization req.ChargeReference, idempotently by
-// req.Reference; see settle.
+// req.Reference; see operate.
 func (s *Simulator) CaptureAuthorized(ctx context.Context, req chargeonce.OperationCall) (chargeonce.OperationResult, error) {
-	return s.settle(ctx, req, chargeonce.LedgerCapture)
+	return s.operate(ctx, req, chargeonce.LedgerCapture, time.Now())
 }
 
 // Void releases the authorization req.ChargeReference, idempotently by
-// req.Reference; see settle.
+// req.Reference; see operate.
 func (s *Simulator) Void(ctx context.Context, req chargeonce.OperationCall) (chargeonce.OperationResult, error) {
-	return s.settle(ctx, req, chargeonce.LedgerVoid)
+	return s.operate(ctx, req, chargeonce.LedgerVoid, time.Now())
 }
 
-// settle captures or voids an authorization. A repeated reference returns
+// operate captures or voids an authorization, for a request sent at
+// sent: it lands after its delay whether or not the caller still waits
+// (see send), unless its reference is fenced or it lands past the
+// acceptance window. A repeated reference returns
 // the first result and moves nothing. It follows the authorization's
 // payment token, as refunds do: after tok_fail_before the first request
 // answers ErrUnavailable and settles nothing, after tok_fail_after it
@@ -77,7 +82,7 @@ func (s *Simulator) Void(ctx context.Context, req chargeonce.OperationCall) (cha
 // tok_ok. An authorization settles once: a capture or void of one that is
 // unknown, declined, already captured or voided, or a capture past its
 // amount, fails (a definite answer; nothing moves).
-func (s *Simulator) settle(ctx context.Context, req chargeonce.OperationCall, kind chargeonce.LedgerKind) (chargeonce.OperationResult, error) {
+func (s *Simulator) operate(ctx context.Context, req chargeonce.OperationCall, kind chargeonce.LedgerKind, sent time.Time) (chargeonce.OperationResult, error) {
 	if err := ValidateOperationCall(req); err != nil {
 		return chargeonce.OperationResult{}, err
 	}
@@ -89,14 +94,14 @@ func (s *Simulator) settle(ctx context.Context, req chargeonce.OperationCall, ki
 		}
 	}
 	s.mu.Unlock()
-	if err := s.pause(ctx, delay); err != nil {
-		return chargeonce.OperationResult{}, err
-	}
+	return send(ctx, s, delay, func() (chargeonce.OperationResult, error) { return s.landOperation(req, kind, sent) })
+}
+
+// landOperation settles a capture or void request that reached the
+// simulator.
+func (s *Simulator) landOperation(req chargeonce.OperationCall, kind chargeonce.LedgerKind, sent time.Time) (chargeonce.OperationResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return chargeonce.OperationResult{}, ErrClosed
-	}
 	s.stats.OperationRequests++
 	or := s.ops[req.Reference]
 	if or == nil {
@@ -106,6 +111,9 @@ func (s *Simulator) settle(ctx context.Context, req chargeonce.OperationCall, ki
 	if or.op != nil {
 		s.stats.DuplicateOperationRequests++
 		return or.op.Result(), nil
+	}
+	if err := s.refuseLate(req.Reference, or.fenced, sent); err != nil {
+		return chargeonce.OperationResult{}, err
 	}
 	or.runs++
 	auth := s.refs[req.ChargeReference]
@@ -198,6 +206,10 @@ func (h *handler) authorize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := h.sim.arrivedLate(req.Reference, sentAt(r)); err != nil {
+		writeError(w, err)
+		return
+	}
 	res, err := h.sim.Authorize(r.Context(), req)
 	if err != nil {
 		writeError(w, err)
@@ -234,7 +246,7 @@ func (h *handler) operation(kind chargeonce.LedgerKind) http.HandlerFunc {
 				return
 			}
 		}
-		res, err := h.sim.settle(r.Context(), req, kind)
+		res, err := h.sim.operate(r.Context(), req, kind, sentAt(r))
 		if err != nil {
 			writeError(w, err)
 			return

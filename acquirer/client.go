@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chargeonce/chargeonce"
 )
@@ -213,7 +214,10 @@ func (c *Client) post(ctx context.Context, path, reference string, in, out any) 
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set("Idempotency-Key", reference)
+	if reference != "" {
+		hreq.Header.Set("Idempotency-Key", reference)
+	}
+	hreq.Header.Set(SentAtHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
 	return c.do(hreq, out)
 }
 

@@ -62,6 +62,8 @@ func Handler(sim *Simulator) http.Handler {
 	mux.HandleFunc("POST /v1/authorizations/capture", h.operation(chargeonce.LedgerCapture))
 	mux.HandleFunc("POST /v1/authorizations/void", h.operation(chargeonce.LedgerVoid))
 	mux.HandleFunc("GET /v1/operations/{reference}", h.getOperation)
+	mux.HandleFunc("POST /v1/fences", h.fence) // finality.go
+	mux.HandleFunc("/v1/fences", methodNotAllowed("POST"))
 	mux.HandleFunc("/v1/authorizations", methodNotAllowed("POST"))
 	mux.HandleFunc("/v1/authorizations/capture", methodNotAllowed("POST"))
 	mux.HandleFunc("/v1/authorizations/void", methodNotAllowed("POST"))
@@ -85,6 +87,10 @@ type handler struct {
 func (h *handler) capture(w http.ResponseWriter, r *http.Request) {
 	req, err := decodeCaptureRequest(w, r)
 	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := h.sim.arrivedLate(req.Reference, sentAt(r)); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -259,6 +265,7 @@ var problemStatus = map[string]struct {
 	chargeonce.ETOOLARGE:    {http.StatusRequestEntityTooLarge, "Payload too large"},
 	chargeonce.EUNAVAILABLE: {http.StatusServiceUnavailable, "Service unavailable"},
 	chargeonce.EINTERNAL:    {http.StatusInternalServerError, "Internal error"},
+	ETOOLATE:                {http.StatusUnprocessableEntity, "Request too late"},
 }
 
 // errorCode returns the code err is answered with. The fault tokens, a
@@ -269,6 +276,8 @@ func errorCode(err error) string {
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return chargeonce.EUNAVAILABLE
+	case errors.Is(err, ErrTooLate):
+		return ETOOLATE
 	}
 	return chargeonce.ErrorCode(err)
 }

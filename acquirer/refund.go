@@ -41,6 +41,9 @@ func (r *Refund) Result() chargeonce.RefundResult {
 type refundRef struct {
 	runs   int
 	refund *Refund
+	// fenced: Fence was called before anything settled; every later
+	// request for the reference is refused.
+	fenced bool
 }
 
 var _ chargeonce.Refunder = (*Simulator)(nil)
@@ -50,22 +53,36 @@ var _ chargeonce.Refunder = (*Simulator)(nil)
 // nothing. It follows the refunded capture's payment token: after
 // tok_fail_before the first request for the refund answers
 // ErrUnavailable and refunds nothing, after tok_fail_after it refunds and
-// then answers ErrUnavailable (the reply is lost); later requests behave
-// as tok_ok. A refund of a reference that never captured, or of more than
-// the capture has left, fails (a definite answer, nothing moves). Refunds
-// settle at once, under the simulator's lock, after --latency.
+// then answers ErrUnavailable (the reply is lost), and tok_slow delays the
+// first request by --slow; later requests behave as tok_ok. A refund of a
+// reference that never captured, or of more than the capture has left,
+// fails (a definite answer, nothing moves). The request lands after
+// --latency whether or not the caller still waits (see send), unless its
+// reference is fenced or it lands past the acceptance window.
 func (s *Simulator) Refund(ctx context.Context, req chargeonce.RefundCall) (chargeonce.RefundResult, error) {
+	return s.refund(ctx, req, time.Now())
+}
+
+// refund is Refund for a request sent at sent.
+func (s *Simulator) refund(ctx context.Context, req chargeonce.RefundCall, sent time.Time) (chargeonce.RefundResult, error) {
 	if err := ValidateRefundCall(req); err != nil {
 		return chargeonce.RefundResult{}, err
 	}
-	if err := s.pause(ctx, s.opts.Latency); err != nil {
-		return chargeonce.RefundResult{}, err
+	s.mu.Lock()
+	delay := s.opts.Latency
+	if capture := s.refs[req.ChargeReference]; capture != nil && capture.token == TokenSlow {
+		if rr := s.refunds[req.Reference]; rr == nil || rr.runs == 0 {
+			delay += s.opts.Slow
+		}
 	}
+	s.mu.Unlock()
+	return send(ctx, s, delay, func() (chargeonce.RefundResult, error) { return s.landRefund(req, sent) })
+}
+
+// landRefund settles a refund request that reached the simulator.
+func (s *Simulator) landRefund(req chargeonce.RefundCall, sent time.Time) (chargeonce.RefundResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return chargeonce.RefundResult{}, ErrClosed
-	}
 	s.stats.RefundRequests++
 	rr := s.refunds[req.Reference]
 	if rr == nil {
@@ -75,6 +92,9 @@ func (s *Simulator) Refund(ctx context.Context, req chargeonce.RefundCall) (char
 	if rr.refund != nil {
 		s.stats.DuplicateRefundRequests++
 		return rr.refund.Result(), nil
+	}
+	if err := s.refuseLate(req.Reference, rr.fenced, sent); err != nil {
+		return chargeonce.RefundResult{}, err
 	}
 	rr.runs++
 	capture := s.refs[req.ChargeReference]
@@ -196,7 +216,7 @@ func (h *handler) refund(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := h.sim.Refund(r.Context(), req)
+	res, err := h.sim.refund(r.Context(), req, sentAt(r))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -65,6 +65,11 @@ type Options struct {
 	// new and moves money again (the window starts afresh with it); Get and
 	// Lookup still find the first capture. Zero means forever.
 	IdempotencyWindow time.Duration
+	// AcceptanceWindow (`--acceptance-window`) is how long after it was
+	// sent a request may still land (SPEC "Finality"): one that lands
+	// later (a delay, a proxy that held it) is refused and moves nothing.
+	// Zero means DefaultAcceptanceWindow.
+	AcceptanceWindow time.Duration
 }
 
 // Validate reports options that make no sense, naming the flag, so that a
@@ -75,6 +80,9 @@ func (o Options) Validate() error {
 	}
 	if o.Slow < 0 {
 		return fmt.Errorf("--slow must not be negative; got %s", o.Slow)
+	}
+	if o.AcceptanceWindow < 0 {
+		return fmt.Errorf("--acceptance-window must not be negative; got %s", o.AcceptanceWindow)
 	}
 	if o.IdempotencyWindow < 0 {
 		return fmt.Errorf("--idempotency-window must not be negative; got %s", o.IdempotencyWindow)
@@ -153,6 +161,11 @@ type Stats struct {
 	AuthorizationCaptures      int64 `json:"authorization_captures"`
 	Voids                      int64 `json:"voids"`
 	DuplicateOperationRequests int64 `json:"duplicate_operation_requests"`
+	// LateRequests counts requests refused because they landed past the
+	// acceptance window or under a fenced reference; Fences the
+	// references fenced (SPEC "Finality").
+	LateRequests int64 `json:"late_requests"`
+	Fences       int64 `json:"fences"`
 }
 
 // Simulator is an in-memory acquirer, idempotent by reference. It implements
@@ -208,6 +221,9 @@ type reference struct {
 	settledBy string
 	captured  int64
 	voided    bool
+	// fenced: Fence was called before anything landed; every later
+	// request for the reference is refused.
+	fenced bool
 }
 
 // capturedCents is what the reference's first capture took: its amount
@@ -325,7 +341,13 @@ func (s *Simulator) capture(ctx context.Context, req chargeonce.CaptureRequest, 
 			continue
 		}
 
-		// Nothing captured yet: this request starts the capture.
+		// Nothing captured yet: this request starts the capture, unless
+		// the reference is fenced.
+		if ref != nil && ref.fenced {
+			err := s.refuseLate(req.Reference, true, time.Now())
+			s.mu.Unlock()
+			return chargeonce.CaptureResult{}, err
+		}
 		if ref == nil {
 			ref = &reference{since: time.Now(), token: req.PaymentToken}
 			s.refs[req.Reference] = ref

@@ -60,6 +60,14 @@ type Config struct {
 	// X-Forwarded-For names the client and whose X-Forwarded-Proto: https
 	// says the operator's browser speaks HTTPS (--admin-trusted-proxies).
 	TrustedProxies []netip.Prefix
+	// Finality is what the acquirer promises about requests that land
+	// late (SPEC "Finality"): its acceptance window and, when it is a
+	// chargeonce.Fencer, its fence. A resolution records a "no" on a
+	// reference the acquirer never saw only once it is fenced or the
+	// window has passed since our last request. Nil means
+	// chargeonce.DefaultAcceptanceWindow and no fence. It is passed here
+	// explicitly, not found on Acquirer, so no wrapper can drop it.
+	Finality chargeonce.Finality
 }
 
 // Server serves the admin API and the console.
@@ -208,10 +216,9 @@ func (s *Server) Resolve(ctx context.Context, admin, chargeID string, q ResolveR
 			return s.acquirer.Lookup(ctx, rec.LookupRequest(chargeonce.LookupToResolve))
 		},
 		describe: describeLookup,
-		judge: func(lr chargeonce.LookupResult) (found, disagrees, binds bool) {
-			found = lr.Status == chargeonce.LookupFound
-			disagrees = found && lr.Result.Status != q.Status
-			return found, disagrees, lr.Binding && (disagrees || (lr.Open() && q.Status == chargeonce.StatusDeclined))
+		effect:   q.Status != chargeonce.StatusDeclined,
+		seen: func(lr chargeonce.LookupResult) (chargeonce.Seen, bool) {
+			return seenOf(lr, lr.Result.Status != chargeonce.StatusDeclined, lr.Result.Status == q.Status)
 		},
 		settle: func(rec *chargeonce.KeyRecord, lr chargeonce.LookupResult, found bool) (chargeonce.KeyCompleteParams, string, string) {
 			final = rec.Charge
@@ -259,12 +266,15 @@ func (s *Server) refuse(base context.Context, rec *chargeonce.KeyRecord, token, 
 	s.handBack(base, rec, token)
 }
 
-// handBack ends the resolution's lease on rec at once, held by nobody:
-// recovery may take the record now.
+// handBack ends the resolution's lease on rec, held by nobody, where the
+// lease it took over ended (rec.Quiet ago, or a back-off's remainder
+// ahead): recovery may take the record as it could before, and the next
+// resolution measures the acceptance window from our last request for
+// the reference, not from this look (SPEC "Finality").
 func (s *Server) handBack(base context.Context, rec *chargeonce.KeyRecord, token string) {
 	wctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
 	defer cancel()
-	if err := s.store.KeyLeaseSet(wctx, rec.MerchantID, rec.Key, token, 0, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
+	if err := s.store.KeyLeaseSet(wctx, rec.MerchantID, rec.Key, token, -rec.Quiet, false); err != nil && chargeonce.ErrorCode(err) != chargeonce.ESTALE {
 		s.log.Error("handing a resolution's record back to recovery failed; it is recovered when the resolution's lease ends", "id", rec.ObjectID(), "err", err)
 	}
 }

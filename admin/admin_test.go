@@ -70,6 +70,38 @@ type downAcquirer struct {
 	loseAuthorizations atomic.Bool
 	mu                 sync.Mutex
 	sent               map[string]int
+	// hold, when positive, is how long a proxy holds each refund, capture
+	// or void before it delivers it: the caller's timeout ends its wait,
+	// not the request, which lands later (SPEC "Finality"). held waits
+	// for the requests still held.
+	hold atomic.Int64
+	held sync.WaitGroup
+}
+
+// deliver sends a request on through send, or, with hold set, after the
+// hold on a goroutine of its own whatever the caller does.
+func deliver[T any](ctx context.Context, a *downAcquirer, send func(context.Context) (T, error)) (T, error) {
+	d := time.Duration(a.hold.Load())
+	if d <= 0 {
+		return send(ctx)
+	}
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	a.held.Go(func() {
+		time.Sleep(d)
+		v, err := send(context.WithoutCancel(ctx))
+		done <- answer{v, err}
+	})
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 func (a *downAcquirer) Capture(ctx context.Context, req chargeonce.CaptureRequest) (chargeonce.CaptureResult, error) {
@@ -95,7 +127,9 @@ func (a *downAcquirer) Refund(ctx context.Context, req chargeonce.RefundCall) (c
 	if a.down.Load() {
 		return chargeonce.RefundResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
 	}
-	res, err := a.next.(chargeonce.Refunder).Refund(ctx, req)
+	res, err := deliver(ctx, a, func(ctx context.Context) (chargeonce.RefundResult, error) {
+		return a.next.(chargeonce.Refunder).Refund(ctx, req)
+	})
 	if err == nil && a.loseRefunds.Load() {
 		return chargeonce.RefundResult{}, errors.New("read tcp 127.0.0.1:51234->127.0.0.1:8082: connection reset by peer")
 	}
@@ -147,7 +181,7 @@ func (a *downAcquirer) operation(ctx context.Context, req chargeonce.OperationCa
 	if a.down.Load() {
 		return chargeonce.OperationResult{}, errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
 	}
-	res, err := send(ctx, req)
+	res, err := deliver(ctx, a, func(ctx context.Context) (chargeonce.OperationResult, error) { return send(ctx, req) })
 	if err == nil && a.loseOperations.Load() {
 		return chargeonce.OperationResult{}, errors.New("read tcp 127.0.0.1:51236->127.0.0.1:8082: connection reset by peer")
 	}
@@ -194,7 +228,7 @@ func setupSim(t *testing.T, kind string, opts engine.Options, simOpts acquirer.O
 	e.acq = &downAcquirer{next: e.sim, sent: map[string]int{}}
 	e.api = apitest.Start(t, e.store, e.acq, opts)
 	srv, err := admin.New(admin.Config{
-		Store: e.store, Acquirer: e.acq, Keys: adminKeys(t), Lease: opts.Lease, AcquirerTimeout: opts.AcquirerTimeout,
+		Store: e.store, Acquirer: e.acq, Finality: e.sim, Keys: adminKeys(t), Lease: opts.Lease, AcquirerTimeout: opts.AcquirerTimeout,
 		Logger: newLogger(e.logs),
 	})
 	if err != nil {
@@ -399,33 +433,40 @@ func TestResolve(t *testing.T) {
 			if d.Charge.Status != chargeonce.StatusProcessing || !strings.Contains(historyKinds(d.History), "resolve-refused") {
 				t.Fatalf("after a refused resolution: %s", b)
 			}
+			// Money the acquirer says moved is never settled as none, even
+			// forced (SPEC "Finality"): the refusal binds.
 			st, b = e.call(t, "POST", path, bobKey, admin.ResolveRequest{Status: chargeonce.StatusDeclined, DeclineCode: "fraud_suspected", Reason: "refunded by hand, ticket 42", Force: true})
+			if st != 409 || problemType(b) != chargeonce.EDISAGREES || !strings.Contains(string(b), "whatever force says") {
+				t.Fatalf("forced decline of a charge the acquirer captured: %d %s, want 409 %s that force cannot override", st, b, chargeonce.EDISAGREES)
+			}
+			st, b = e.call(t, "POST", path, bobKey, admin.ResolveRequest{Status: chargeonce.StatusCaptured, Reason: "the acquirer captured it, ticket 42"})
 			if st != 200 {
-				t.Fatalf("forced resolution: %d %s", st, b)
+				t.Fatalf("resolution as the acquirer says: %d %s", st, b)
 			}
 			var res struct {
 				Charge admin.ChargeJSON
 				Audit  admin.EntryJSON
 			}
 			_ = json.Unmarshal(b, &res)
-			if res.Charge.Status != chargeonce.StatusDeclined || res.Charge.DeclineCode != "fraud_suspected" || !res.Audit.Forced ||
+			if res.Charge.Status != chargeonce.StatusCaptured || res.Audit.Forced ||
 				res.Audit.Actor != "admin:bob" || !strings.Contains(res.Audit.Detail, "found: captured") {
-				t.Fatalf("forced resolution answered %s", b)
+				t.Fatalf("resolution answered %s", b)
 			}
 			if st, b := e.call(t, "POST", path, aliceKey, admin.ResolveRequest{Status: chargeonce.StatusCaptured, Reason: "again"}); st != 409 || problemType(b) != chargeonce.ENOTPROCESSING {
 				t.Fatalf("resolving a settled charge: %d %s, want 409 charge-not-processing", st, b)
 			}
 			// The merchant's retry replays the resolved answer.
 			r = apitest.Charge(t, e.api.URL, "lost-reply", body)
-			if r.Status != 402 || r.Header.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(r.Body), "fraud_suspected") {
+			if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(r.Body), `"status":"captured"`) {
 				t.Fatalf("retry after the resolution: %d %s %v", r.Status, r.Body, r.Header)
 			}
 			st, b = e.call(t, "GET", "/admin/v1/audit", aliceKey, nil)
 			var audit struct{ Data []admin.EntryJSON }
-			// The resolution, and before it the refused one (issue 34: refused
-			// resolutions belong in the trail too).
-			if st != 200 || json.Unmarshal(b, &audit) != nil || len(audit.Data) != 2 || audit.Data[0].Reason != "refunded by hand, ticket 42" ||
-				audit.Data[1].Kind != chargeonce.HistoryResolveRefused || audit.Data[1].Reason != "support says no" {
+			// The resolution, and before it the refused ones (issue 34:
+			// refused resolutions belong in the trail too).
+			if st != 200 || json.Unmarshal(b, &audit) != nil || len(audit.Data) != 3 || audit.Data[0].Reason != "the acquirer captured it, ticket 42" ||
+				audit.Data[1].Kind != chargeonce.HistoryResolveRefused || audit.Data[1].Reason != "refunded by hand, ticket 42" ||
+				audit.Data[2].Kind != chargeonce.HistoryResolveRefused || audit.Data[2].Reason != "support says no" {
 				t.Fatalf("audit trail: %d %s", st, b)
 			}
 			// The resolve answer carries the audit entry as stored.

@@ -106,10 +106,9 @@ func (s *Server) ResolveOperation(ctx context.Context, admin, id string, q Opera
 			return acq.OperationLookup(ctx, rec.LookupRequest(chargeonce.LookupToResolve))
 		},
 		describe: describeOperationLookup,
-		judge: func(lr chargeonce.LookupResult) (found, disagrees, binds bool) {
-			found = lr.Status == chargeonce.LookupFound
-			disagrees = found && lr.Operation.Status != q.Status
-			return found, disagrees, lr.Binding && disagrees
+		effect:   q.Status == chargeonce.OperationSucceeded,
+		seen: func(lr chargeonce.LookupResult) (chargeonce.Seen, bool) {
+			return seenOf(lr, lr.Operation.Status == chargeonce.OperationSucceeded, lr.Operation.Status == q.Status)
 		},
 		settle: func(rec *chargeonce.KeyRecord, lr chargeonce.LookupResult, found bool) (chargeonce.KeyCompleteParams, string, string) {
 			op = *rec.Operation

@@ -87,7 +87,7 @@ func TestResolveRacesRecovery(t *testing.T) {
 		operators.Go(func() {
 			<-start
 			st, b := e.call(t, "POST", "/admin/v1/charges/"+c.id+"/resolve", aliceKey,
-				admin.ResolveRequest{Status: chargeonce.StatusCaptured, Reason: "the acquirer's support confirmed the capture"})
+				admin.ResolveRequest{Status: chargeonce.StatusCaptured, Reason: "the acquirer's support confirmed the capture", Force: true})
 			switch {
 			case st == 200:
 				resolved.Add(1)

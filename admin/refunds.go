@@ -104,10 +104,9 @@ func (s *Server) ResolveRefund(ctx context.Context, admin, refundID string, q Re
 			return acq.RefundLookup(ctx, rec.LookupRequest(chargeonce.LookupToResolve))
 		},
 		describe: describeRefundLookup,
-		judge: func(lr chargeonce.LookupResult) (found, disagrees, binds bool) {
-			found = lr.Status == chargeonce.LookupFound
-			disagrees = found && lr.Refund.Status != q.Status
-			return found, disagrees, lr.Binding && disagrees
+		effect:   q.Status == chargeonce.RefundSucceeded,
+		seen: func(lr chargeonce.LookupResult) (chargeonce.Seen, bool) {
+			return seenOf(lr, lr.Refund.Status == chargeonce.RefundSucceeded, lr.Refund.Status == q.Status)
 		},
 		settle: func(rec *chargeonce.KeyRecord, lr chargeonce.LookupResult, found bool) (chargeonce.KeyCompleteParams, string, string) {
 			final = *rec.Refund

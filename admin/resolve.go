@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/chargeonce/chargeonce"
@@ -30,11 +31,13 @@ type decision struct {
 	lookup func(ctx context.Context, rec *chargeonce.KeyRecord) (chargeonce.LookupResult, error)
 	// describe says the lookup's answer in a line.
 	describe func(chargeonce.LookupResult, error) string
-	// judge reads an answer the lookup gave: whether it found the
-	// reference settled, whether that outcome contradicts the decision,
-	// and whether the acquirer's own state binds (the decision is refused
-	// even when forced).
-	judge func(lr chargeonce.LookupResult) (found, disagrees, binds bool)
+	// effect says the decided outcome is that the request took effect
+	// (captured, authorized, succeeded), not a "no".
+	effect bool
+	// seen reads an answer the lookup gave in the terms of the rule every
+	// kind shares (chargeonce.Judge): what landed, and whether a found
+	// outcome is the one decided.
+	seen func(lr chargeonce.LookupResult) (seen chargeonce.Seen, matches bool)
 	// settle returns the completion of rec as decided (its Kind, identity,
 	// token and TTL are filled in by resolveRecord), the audit entry's
 	// outcome, and what its detail says before the acquirer's answer.
@@ -72,11 +75,16 @@ func kindOf(id string) chargeonce.RecordKind {
 //     nothing changed, force or not;
 //  2. it asks the acquirer what happened (d.lookup, LookupToResolve, not
 //     whether a re-send is safe) and keeps the answer;
-//  3. it refuses (EUNSURE) when the lookup failed, timed out or could not
-//     tell, and (EDISAGREES) when the acquirer holds an outcome that
-//     contradicts the decision, unless forced; an outcome that binds
-//     refuses even when forced. A refusal is appended to the history and
-//     hands the record back to recovery;
+//  3. it judges the decision against the answer by the rule every kind
+//     shares (chargeonce.Judge, SPEC "Finality"): money the acquirer says
+//     moved is never settled as none, even forced; a contradicted
+//     outcome, or a positive one on a reference the acquirer never saw,
+//     needs force (EDISAGREES); a "no" on a reference it never saw waits
+//     (EUNSURE with Retry-After) until the acceptance window has passed
+//     since our last request, unless the acquirer fences the reference
+//     (asked here when it can) or force overrides; a lookup that failed
+//     or could not tell needs force (EUNSURE). A refusal is appended to
+//     the history and hands the record back to recovery as it was;
 //  4. otherwise the final answer is stored through the completion
 //     attempts and recovery use for the record's kind (so retries replay
 //     it and its event is written once, by that statement), with the
@@ -110,31 +118,52 @@ func (s *Server) resolveRecord(ctx context.Context, admin string, d decision) (r
 	actx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
 	lr, lerr := d.lookup(actx, &rec)
 	cancel()
-	answer := d.describe(lr, lerr)
-	unsure := lerr != nil || lr.Status == chargeonce.LookupUnsure
-	var found, disagrees, binds bool
+	j := chargeonce.Judgement{Effect: d.effect, Force: d.force, Quiet: rec.Quiet, Window: chargeonce.WindowOf(s.cfg.Finality)}
 	if lerr == nil {
-		found, disagrees, binds = d.judge(lr)
+		j.Seen, j.Matches = d.seen(lr)
+		j.Binding = lr.Binding
 	}
-	var refusal error
-	switch {
-	case binds:
-		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
-			"the acquirer says %s, which rules out %s whatever force says; nothing was settled", answer, d.wanted)
-	case unsure && !d.force:
-		refusal = chargeonce.Errorf(chargeonce.EUNSURE,
-			"the acquirer could not say what became of the %s (%s); nothing was settled: try again later, or send force to settle without its answer", d.what, answer)
-	case disagrees && !d.force:
-		refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
-			"the acquirer says %s, which contradicts %s; nothing was settled (send force to override)", answer, d.wanted)
+	answer := d.describe(lr, lerr)
+	if f, ok := s.cfg.Finality.(chargeonce.Fencer); ok && j.Seen == chargeonce.SeenNever && !d.effect && j.Quiet < j.Window {
+		// A "no" on a reference the acquirer never saw is final only once
+		// nothing can land: fence it rather than wait out the window. What
+		// landed first, the fence answers instead.
+		fctx, cancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
+		flr, ferr := f.Fence(fctx, rec.LookupRequest(chargeonce.LookupToResolve))
+		cancel()
+		if ferr != nil {
+			answer += "; fence failed: " + ferr.Error()
+		} else {
+			lr = flr
+			j.Seen, j.Matches = d.seen(lr)
+			j.Binding, j.Fenced = lr.Binding, lr.Fenced
+			answer += "; fence: " + d.describe(lr, nil)
+		}
 	}
-	if refusal != nil {
+	found := lerr == nil && lr.Status == chargeonce.LookupFound
+	v := chargeonce.Judge(j)
+	if !v.Settle {
+		var refusal error
+		switch {
+		case v.Binds:
+			refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
+				"the acquirer says %s, which rules out %s whatever force says (%s); nothing was settled", answer, d.wanted, v.Why)
+		case v.Code == chargeonce.EDISAGREES:
+			refusal = chargeonce.Errorf(chargeonce.EDISAGREES,
+				"the acquirer says %s, which contradicts %s (%s); nothing was settled (send force to override)", answer, d.wanted, v.Why)
+		default:
+			refusal = &chargeonce.Error{Code: chargeonce.EUNSURE, RetryAfter: v.RetryAfter, Message: fmt.Sprintf(
+				"the acquirer could not say what became of the %s for good (%s: %s); nothing was settled: try again later, or send force to settle without its answer", d.what, answer, v.Why)}
+		}
 		s.refuse(base, &rec, token, actor, d.wanted, d.reason, answer)
 		return resolved{rec: rec, answer: answer}, refusal
 	}
+	if v.Why != "" {
+		answer += " (" + v.Why + ")"
+	}
 	c, outcome, about := d.settle(&rec, lr, found)
 	c.Kind, c.MerchantID, c.Key, c.Token, c.TTL = rec.Kind(), rec.MerchantID, rec.Key, token, s.cfg.KeyTTL
-	forced := disagrees || unsure
+	forced := v.Forced
 	wctx, wcancel := context.WithTimeout(base, s.cfg.AcquirerTimeout)
 	defer wcancel()
 	audit, err := s.ops.ChargeResolve(wctx, chargeonce.ResolveParams{
@@ -151,6 +180,23 @@ func (s *Server) resolveRecord(ctx context.Context, admin string, d decision) (r
 		return resolved{}, err
 	}
 	return resolved{rec: rec, audit: audit, answer: answer, forced: forced}, nil
+}
+
+// seenOf reads a lookup's answer for chargeonce.Judge: effect and matches
+// say, of a found outcome, whether it took effect and whether it is the
+// one decided (each kind reads its own result).
+func seenOf(lr chargeonce.LookupResult, effect, matches bool) (chargeonce.Seen, bool) {
+	switch {
+	case lr.Status == chargeonce.LookupFound && effect:
+		return chargeonce.SeenEffect, matches
+	case lr.Status == chargeonce.LookupFound:
+		return chargeonce.SeenNoEffect, matches
+	case lr.Status == chargeonce.LookupSafeToSend:
+		return chargeonce.SeenNever, false
+	case lr.Open():
+		return chargeonce.SeenOpen, false
+	}
+	return chargeonce.SeenUnknown, false
 }
 
 func kindIn(k chargeonce.RecordKind, kinds []chargeonce.RecordKind) bool {

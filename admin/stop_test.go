@@ -48,7 +48,7 @@ func TestResolveOperatorHangsUpDuringClaim(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			st := &hangUpDuringClaim{operatorStore: e.store.(operatorStore), hangUp: cancel}
-			srv, err := admin.New(admin.Config{Store: st, Acquirer: e.acq, Keys: adminKeys(t), Lease: time.Minute, AcquirerTimeout: time.Second, Logger: newLogger(e.logs)})
+			srv, err := admin.New(admin.Config{Store: st, Acquirer: e.acq, Finality: e.sim, Keys: adminKeys(t), Lease: time.Minute, AcquirerTimeout: time.Second, Logger: newLogger(e.logs)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -363,18 +363,29 @@ func (s *Store) ChargeResolveClaim(ctx context.Context, id, newToken string, lea
 	if !chargeonce.ValidText(id) {
 		return chargeonce.KeyRecord{}, chargeonce.Errorf(chargeonce.ENOTFOUND, "%s %q not found", objectName(id), id)
 	}
+	// old locks the row first and reads the lease the claim takes over
+	// as the row is now (a FOR UPDATE in READ COMMITTED follows a
+	// concurrent update to its newest version), so that quiet measures
+	// from the last lease written, never from a stale snapshot's.
+	var quiet int64 // µs
 	rec, _, err := scanAnyRecord(s.pool.QueryRow(ctx, `
 WITH obj AS (`+objectKeysSQL+`
+), old AS (
+	SELECT k.merchant_id, k.key, k.lease_until
+	FROM idempotency_keys k JOIN obj ON k.merchant_id = obj.merchant_id AND k.key = obj.idempotency_key
+	WHERE k.charge_id = $1 AND k.state = $4
+	FOR UPDATE OF k
 ), k AS (
 	UPDATE idempotency_keys k
 	SET token = $2, lease_until = now() + $3::interval, lease_held = true, updated_at = now()
-	FROM obj
-	WHERE k.merchant_id = obj.merchant_id AND k.key = obj.idempotency_key AND k.charge_id = $1
+	FROM old
+	WHERE k.merchant_id = old.merchant_id AND k.key = old.key AND k.charge_id = $1
 		AND k.state = $4 AND (k.lease_until <= now() OR NOT k.lease_held)
-	RETURNING k.*
+	RETURNING k.*, (EXTRACT(EPOCH FROM now() - old.lease_until) * 1000000)::bigint AS quiet_us
 )
-SELECT `+refundColumns+`, `+operationColumns+`, `+recordColumns+`
-FROM k`+anyRecordFrom, id, newToken, lease, stateProcessing))
+SELECT k.quiet_us, `+refundColumns+`, `+operationColumns+`, `+recordColumns+`
+FROM k`+anyRecordFrom, id, newToken, lease, stateProcessing), &quiet)
+	rec.Quiet = time.Duration(quiet) * time.Microsecond
 	if errors.Is(err, pgx.ErrNoRows) {
 		return chargeonce.KeyRecord{}, s.resolveClaimRefused(ctx, id)
 	}

@@ -343,6 +343,13 @@ func (s *Store) ChargeResolveClaim(ctx context.Context, id, newToken string, lea
 	AND charge_id = ?1 AND state = 'processing'`
 	var rec chargeonce.KeyRecord
 	err := s.write(ctx, "claiming a "+what+" for resolution", func(ctx context.Context, tx *sql.Tx) error {
+		// The lease the claim takes over, read in the claim's write
+		// transaction (one writer: nothing changes it in between).
+		var quiet int64 // µs
+		if err := tx.QueryRowContext(ctx, `
+SELECT `+nowMicros+` - lease_until FROM idempotency_keys WHERE `+guarding, id).Scan(&quiet); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return wrap("claiming a "+what+" for resolution", err)
+		}
 		var rowid int64
 		err := tx.QueryRowContext(ctx, `
 UPDATE idempotency_keys
@@ -376,6 +383,7 @@ SELECT max(0, lease_until - `+nowMicros+`) FROM idempotency_keys WHERE `+guardin
 		if err != nil {
 			return wrap("claiming a "+what+" for resolution", err)
 		}
+		rec.Quiet = time.Duration(quiet) * time.Microsecond
 		return nil
 	})
 	return rec, err

@@ -35,6 +35,7 @@ func RunOperators(t *testing.T, newStore func(t *testing.T) chargeonce.Store) {
 		{"HistoryAppendsInOrder", testHistoryAppendsInOrder},
 		{"ResolveTakesOverAndAudits", testResolveTakesOverAndAudits},
 		{"ResolveNotProcessing", testResolveNotProcessing},
+		{"ResolveClaimMeasuresQuiet", testResolveClaimMeasuresQuiet},
 		{"ResolveWritesOutbox", testResolveWritesOutbox},
 		{"ResolveRacesCompletion", testResolveRacesCompletion},
 		{"ResolveWritesOneWebhookEvent", testResolveWritesOneWebhookEvent},
@@ -509,6 +510,50 @@ func testResolveTakesOverAndAudits(t *testing.T, s chargeonce.Store, o chargeonc
 	}
 	if audit, _ := o.AuditList(t.Context(), chargeonce.AuditListParams{Limit: 10}); len(audit) != 2 || audit[0].Kind != chargeonce.HistoryResolveRefused || audit[0].Actor != "admin:bob" || audit[1].ID != a.ID {
 		t.Fatalf("audit trail with a refused resolution = %+v; want it first, then the resolution", audit)
+	}
+}
+
+// testResolveClaimMeasuresQuiet (SPEC "Finality"): the claim says how long
+// nothing was sent for the reference, by the database's clock: from the end
+// of the lease or back-off it takes over. A back-off with time left is a
+// negative Quiet; a lease that ended 300 ms ago is about 300 ms; and a
+// hand-back that restores the lease (KeyLeaseSet by -Quiet) keeps the
+// measure for the next claim, so an operator's refused attempt does not
+// start the acceptance window again.
+func testResolveClaimMeasuresQuiet(t *testing.T, s chargeonce.Store, o chargeonce.OperatorStore) {
+	p := newIntent("m1", "k")
+	insert(t, s, p)
+	if err := s.KeyLeaseSet(t.Context(), "m1", "k", p.Token, 10*time.Minute, false); err != nil {
+		t.Fatalf("KeyLeaseSet: %v", err)
+	}
+	rec, err := o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_op1", time.Minute)
+	if err != nil {
+		t.Fatalf("ChargeResolveClaim: %v", err)
+	}
+	if rec.Quiet > -9*time.Minute || rec.Quiet < -10*time.Minute {
+		t.Fatalf("Quiet over a back-off with 10 minutes left = %s, want about -10m", rec.Quiet)
+	}
+	// The operator hands it back with the back-off restored.
+	if err := s.KeyLeaseSet(t.Context(), "m1", "k", "tok_op1", -rec.Quiet, false); err != nil {
+		t.Fatalf("KeyLeaseSet (hand back): %v", err)
+	}
+	rec, err = o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_op2", time.Minute)
+	if err != nil {
+		t.Fatalf("ChargeResolveClaim again: %v", err)
+	}
+	if rec.Quiet > -9*time.Minute {
+		t.Fatalf("Quiet after a hand-back that restored the back-off = %s, want about -10m", rec.Quiet)
+	}
+	// A lease that ended 300 ms ago.
+	if err := s.KeyLeaseSet(t.Context(), "m1", "k", "tok_op2", -300*time.Millisecond, false); err != nil {
+		t.Fatalf("KeyLeaseSet: %v", err)
+	}
+	rec, err = o.ChargeResolveClaim(t.Context(), p.Charge.ID, "tok_op3", time.Minute)
+	if err != nil {
+		t.Fatalf("ChargeResolveClaim after the lease ended: %v", err)
+	}
+	if rec.Quiet < 300*time.Millisecond || rec.Quiet > time.Minute {
+		t.Fatalf("Quiet 300 ms after the lease ended = %s", rec.Quiet)
 	}
 }
 

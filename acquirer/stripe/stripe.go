@@ -156,6 +156,30 @@ func New(opts Options) (*Acquirer, error) {
 	return &Acquirer{sc: sc, opts: opts}, nil
 }
 
+// stripeGoTimeout and stripeGoMaxRetryDelay are stripe-go's own
+// defaultHTTPTimeout and maxNetworkRetriesDelay: the longest one attempt
+// of a request may take, and the longest pause before a retry.
+const (
+	stripeGoTimeoutS       = 80 // seconds
+	stripeGoMaxRetryDelayS = 5  // seconds
+)
+
+var _ chargeonce.Finality = (*Acquirer)(nil)
+
+// AcceptanceWindow implements chargeonce.Finality (SPEC "Finality"): how
+// long after we last sent a request for a reference it may still reach
+// Stripe. Our call is bounded by its context, but stripe-go sends it
+// MaxNetworkRetries more times, each attempt allowed stripe-go's default
+// timeout of 80 s, with up to 5 s between them; the window is that whole
+// span, (1 + retries) × 80 s + retries × 5 s: 250 s with the default 2
+// retries. Stripe cannot be fenced: a PaymentIntent's or Refund's
+// creation cannot be refused in advance, so a "no" on a reference Stripe
+// never saw waits out this window.
+func (a *Acquirer) AcceptanceWindow() time.Duration {
+	retries := max(*a.opts.MaxNetworkRetries, 0)
+	return time.Duration((1+retries)*stripeGoTimeoutS+retries*stripeGoMaxRetryDelayS) * time.Second
+}
+
 // Amount maps an amount in the currency's ISO 4217 minor unit (a
 // charge's amount_cents: whole yen, fils for KWD) to Stripe's amount for
 // it. Stripe's amounts are minor units too, with exceptions Stripe keeps

@@ -111,7 +111,7 @@ func (c *serveConfig) serveAdmin(ctx context.Context, rt *runtime, merchants *ht
 		return nil, err
 	}
 	h, err := admin.New(admin.Config{
-		Store: rt.operators(), Acquirer: rt.acquirer, Keys: keys, Logger: log,
+		Store: rt.operators(), Acquirer: rt.acquirer, Finality: rt.finality, Keys: keys, Logger: log,
 		Lease: c.lease, AcquirerTimeout: c.acq.timeout, KeyTTL: c.keyTTL, TrustedProxies: proxies,
 	})
 	if err != nil {

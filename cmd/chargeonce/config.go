@@ -167,6 +167,9 @@ type acquirerFlags struct {
 	slow    time.Duration
 	latency time.Duration
 	window  time.Duration
+	// acceptance is the simulator's acceptance window: the in-process
+	// one's, or the remote one's as it was started (SPEC "Finality").
+	acceptance time.Duration
 
 	stripeKeyFile   string
 	stripeAPIBase   string
@@ -188,6 +191,7 @@ func (a *acquirerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.slow, "slow", DefaultSlow, "with --acquirer sim: how long tok_slow takes")
 	fs.DurationVar(&a.latency, "latency", 0, "with --acquirer sim: a delay added to every capture")
 	fs.DurationVar(&a.window, "idempotency-window", 0, "with --acquirer sim: how long the simulator remembers a reference; a repeated capture after that moves money again (0: forever)")
+	fs.DurationVar(&a.acceptance, "acceptance-window", acquirer.DefaultAcceptanceWindow, "with --acquirer sim or a simulator's URL: how long after it was sent a request may still land at the simulator (the remote one's own --acceptance-window); an operator's \"no\" on a reference it never saw waits this long unless the reference is fenced")
 	a.registerStripe(fs)
 }
 
@@ -244,9 +248,9 @@ func (a *acquirerFlags) build() (chargeonce.Acquirer, *acquirer.Simulator, error
 		return nil, nil, fmt.Errorf("--acquirer-timeout must be positive")
 	}
 	if a.target == "sim" {
-		opts := acquirer.Options{Latency: a.latency, Slow: a.slow, IdempotencyWindow: a.window}
-		if a.window < 0 {
-			return nil, nil, opts.Validate()
+		opts := acquirer.Options{Latency: a.latency, Slow: a.slow, IdempotencyWindow: a.window, AcceptanceWindow: a.acceptance}
+		if err := opts.Validate(); err != nil {
+			return nil, nil, err
 		}
 		sim := acquirer.NewSimulator(opts)
 		return sim, sim, nil
@@ -273,6 +277,20 @@ func (a *acquirerFlags) build() (chargeonce.Acquirer, *acquirer.Simulator, error
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	})}), nil, nil
+}
+
+// finality is what acq promises about late requests (SPEC "Finality"),
+// passed to the operators' resolution explicitly: the simulator's own
+// window and fence in process, a remote simulator's fence with the window
+// --acceptance-window states, Stripe's window.
+func (a *acquirerFlags) finality(acq chargeonce.Acquirer) chargeonce.Finality {
+	switch acq := acq.(type) {
+	case *acquirer.Client:
+		return acquirer.ClientFinality{Client: acq, Window: a.acceptance}
+	case chargeonce.Finality:
+		return acq
+	}
+	return nil
 }
 
 // DefaultLogFormat is --log-format's default: logfmt-like text for a

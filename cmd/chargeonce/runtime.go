@@ -109,6 +109,9 @@ type runtime struct {
 	store    chargeonce.Store
 	raw      chargeonce.Store // store without its spans (operators)
 	acquirer chargeonce.Acquirer
+	// finality is what the acquirer promises about late requests (SPEC
+	// "Finality"), for the operators' resolution.
+	finality chargeonce.Finality
 	sim      *acquirer.Simulator // the in-process simulator, or nil
 	engine   *engine.Engine
 	metrics  *metrics.Metrics
@@ -132,6 +135,9 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 	if err != nil {
 		return nil, err
 	}
+	// The adapter's finality is taken before the tracing wrapper, which
+	// carries captures and lookups only.
+	fin := f.acq.finality(acq)
 	acq = f.tracing.Acquirer(acq)
 	raw, err := storeFor(ctx, f.db, postgresTracing(f.tracing)...)
 	if err != nil {
@@ -167,6 +173,7 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		store:    store,
 		raw:      raw,
 		acquirer: acq,
+		finality: fin,
 		sim:      sim,
 		engine:   eng,
 		metrics:  m,

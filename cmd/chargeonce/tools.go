@@ -17,12 +17,13 @@ import (
 
 func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var addr, logLevel string
-	var slow, latency, window time.Duration
+	var slow, latency, window, acceptance time.Duration
 	fs := newFlagSet("acquirer", stderr)
 	fs.StringVar(&addr, "addr", DefaultAcquirerAddr, "address to listen on")
 	fs.DurationVar(&slow, "slow", DefaultSlow, "how long tok_slow takes")
 	fs.DurationVar(&latency, "latency", 0, "a delay added to every capture")
 	fs.DurationVar(&window, "idempotency-window", 0, "how long a reference is remembered; a repeated capture after that moves money again (0: forever)")
+	fs.DurationVar(&acceptance, "acceptance-window", acquirer.DefaultAcceptanceWindow, "how long after it was sent a request may still land; a later one (held by a proxy, a slow token) is refused and moves nothing")
 	fs.StringVar(&logLevel, "log-level", DefaultLogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	maxConns := fs.Int("max-conns", httpserve.DefaultMaxConns, "the most connections kept open; at the cap a new one evicts the longest idle, and is refused (503) when none is idle")
@@ -37,9 +38,9 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	opts := acquirer.Options{Latency: latency, Slow: slow, IdempotencyWindow: window}
-	if window < 0 {
-		return opts.Validate()
+	opts := acquirer.Options{Latency: latency, Slow: slow, IdempotencyWindow: window, AcceptanceWindow: acceptance}
+	if err := opts.Validate(); err != nil {
+		return err
 	}
 	sim := acquirer.NewSimulator(opts)
 	tr, stopTracing, err := startTracing(ctx, "acquirer", log)
@@ -53,7 +54,7 @@ func runAcquirer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	srv := httpserve.New(httpserve.Config{Name: "acquirer", Handler: tr.Handler(tr.Route(acquirer.Handler(sim)), "acquirer"), Logger: log, MaxConns: *maxConns,
 		WriteTimeout: slow + latency + handlerSlack})
-	log.Info("acquirer simulator listening", "addr", ln.Addr().String(), "slow", slow, "latency", latency, "idempotency_window", window)
+	log.Info("acquirer simulator listening", "addr", ln.Addr().String(), "slow", slow, "latency", latency, "idempotency_window", window, "acceptance_window", acceptance)
 	return serveUntilDone(ctx, srv, ln, log)
 }
 
