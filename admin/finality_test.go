@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -280,5 +281,10 @@ func TestUnsureRefusalSaysWhenToComeBack(t *testing.T) {
 		} else if ra > first {
 			t.Fatalf("the second refusal's Retry-After %d is later than the first's %d: the refused look restarted the window", ra, first)
 		}
+	}
+	// The console's refusal says why, and what forcing would risk.
+	st, page := e.console(t).do(t, "/admin/charges/"+id+"/resolve", url.Values{"status": {"declined"}, "reason": {"never arrived"}, "confirm": {"1"}})
+	if st != 409 || !strings.Contains(page, "acceptance window") || !strings.Contains(page, `id="force-risk"`) || !strings.Contains(page, "a refund paid twice") {
+		t.Fatalf("the console's refused resolution: %d, want 409 naming the window and what forcing risks:\n%s", st, page)
 	}
 }
