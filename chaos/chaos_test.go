@@ -103,6 +103,9 @@ type report struct {
 	// what checkRefunds found.
 	refunds         map[string]int
 	refundAnomalies []string
+	// resolutions counts the operator's resolutions of stuck refunds as
+	// failed, by answer (operator_test.go).
+	resolutions map[string]int
 	// With ha: the HA faults, and the write-unavailability each caused
 	// (ha_test.go); when each HTTP 500 was answered.
 	ha   []haWindow
@@ -140,6 +143,8 @@ func runChaos(t *testing.T, cfg config) *report {
 	for i := range clients {
 		wg.Go(func() { w.client(ctx, i) })
 	}
+	op := &operator{}
+	wg.Go(func() { op.run(ctx, w.hc, c.adminURL) })
 	nem := &nemesis{c: c, h: h, rng: rand.New(rand.NewPCG(cfg.seed, 0xc4a05)), failover: cfg.pair, weights: cfg.weights} //nolint:gosec // G404: a seeded schedule
 	if cfg.pair {
 		nem.failAt = time.Now().Add(cfg.duration * 2 / 5)
@@ -210,7 +215,7 @@ func runChaos(t *testing.T, cfg config) *report {
 		t.Fatalf("reading the acquirer's ledger of refunds: %v", err)
 	}
 
-	r := &report{seed: cfg.seed, intents: len(w.all()), ops: map[string]int{}, faults: nem.counts(), refunds: map[string]int{}}
+	r := &report{seed: cfg.seed, intents: len(w.all()), ops: map[string]int{}, faults: nem.counts(), refunds: map[string]int{}, resolutions: op.counts()}
 	works, refundRecs := w.refunds.snapshot()
 	for _, rec := range refundRecs {
 		r.refunds[rec.Out.Kind]++
@@ -252,9 +257,14 @@ func runChaos(t *testing.T, cfg config) *report {
 		rp = append(rp, fmt.Sprintf("%s %d", k, v))
 	}
 	sort.Strings(rp)
-	t.Logf("chaos seed %d: %s of load, %d intents, %d charge operations (%s); %d refunds of %d charges (%s), %d in the ledger; %d faults (%s); %d anomalies, %d refund anomalies; history in %s",
+	var rs []string
+	for k, v := range r.resolutions {
+		rs = append(rs, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(rs)
+	t.Logf("chaos seed %d: %s of load, %d intents, %d charge operations (%s); %d refunds of %d charges (%s), %d in the ledger, operator's resolutions as failed (%s); %d faults (%s); %d anomalies, %d refund anomalies; history in %s",
 		cfg.seed, time.Duration(end).Round(time.Second), r.intents, total, strings.Join(parts, ", "),
-		len(refundRecs), len(works), strings.Join(rp, ", "), len(refundEntries),
+		len(refundRecs), len(works), strings.Join(rp, ", "), len(refundEntries), strings.Join(rs, ", "),
 		nf, strings.Join(fs, ", "), len(r.anomalies), len(r.refundAnomalies), r.dir)
 	if nf == 0 || total == 0 {
 		t.Errorf("a run with %d faults and %d operations proves nothing", nf, total)

@@ -71,7 +71,10 @@ type cluster struct {
 	serves  []*proc
 	workers []*proc
 	// httpLinks[i] is the clients' way to serves[i].
-	httpLinks  []*link
+	httpLinks []*link
+	// adminURL is serve-1's admin API (the demo admin key), where the
+	// operator resolves stuck refunds (operator.go).
+	adminURL   string
 	failedOver bool
 }
 
@@ -133,6 +136,11 @@ func newCluster(t *testing.T, bin string, pair, ha bool) *cluster {
 		port := freePort(t)
 		args := append([]string{"serve", "--addr", "127.0.0.1:" + strconv.Itoa(port), "--db", dbURL(name),
 			"--acquirer", "http://" + acqLink.addr}, serviceFlags...)
+		if i == 0 {
+			adminPort := freePort(t)
+			args = append(args, "--admin-addr", "127.0.0.1:"+strconv.Itoa(adminPort))
+			c.adminURL = "http://127.0.0.1:" + strconv.Itoa(adminPort)
+		}
 		// The first instance migrates the schema alone; the others start
 		// once it listens.
 		c.serves = append(c.serves, startProc(t, c.dir, bin, name, true, args...))

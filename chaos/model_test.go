@@ -93,6 +93,12 @@ func TestRefundChecker(t *testing.T) {
 		{"a refund in the ledger twice", good, append(goodLedger, entry("re_1", 1000, "succeeded")), "reached the acquirer's ledger 2 times"},
 		{"an acknowledged refund missing from the ledger", good, goodLedger[:1], "was acknowledged succeeded"},
 		{"a refund nobody was answered with", good, append(goodLedger, entry("re_x", 100, "succeeded")), "which no key was answered with"},
+		// Issue 47: an operator resolved a refund failed while its
+		// request was still on its way; the merchant's retry replayed
+		// "failed", and the request then landed and refunded.
+		{"a refund resolved failed that landed late", []refundRecord{ok("k1", "re_1", 1000),
+			{ChargeID: "ch_1", Key: "k2", Amount: 1200, Out: output{Kind: outFinal, Status: 201, Body: body("re_2", 1200, "failed")}}},
+			goodLedger, "was answered not succeeded but the acquirer refunded it"},
 		{"an answer a valid refund never gets", append(good[:3:3], refundRecord{ChargeID: "ch_1", Key: "k3", Out: output{Kind: outOther, Status: 500}}),
 			goodLedger, "never gets"},
 	} {
