@@ -58,6 +58,13 @@ type deferredRef struct {
 	before, after []chargeonce.LedgerEntry
 }
 
+// has reports whether the window's read had e already: a ledger that reads
+// by whole seconds (Stripe's) reads the second either side of the window
+// twice.
+func (d *deferredRef) has(e chargeonce.LedgerEntry) bool {
+	return slices.ContainsFunc(d.group, func(g chargeonce.LedgerEntry) bool { return g.ID == e.ID && g.Kind == e.Kind })
+}
+
 // needsLedger reports whether the acquirer's ledger must be read past the
 // window (from) for the reference before it is joined.
 func (d *deferredRef) needsLedger(from time.Time) bool {
@@ -73,19 +80,25 @@ func (d *deferredRef) readBack(t time.Time) {
 
 // lookOurs looks our side of the reference up where the acquirer shows in
 // the period what the stream did not read of ours, and says what of ours
-// in the period the window does not show at the acquirer.
-func (r *run) lookOurs(ctx context.Context, ref string, our *chargeonce.Charge, refunds []chargeonce.Refund, ops []chargeonce.ReconOperation, group []chargeonce.LedgerEntry) (*deferredRef, error) {
-	d := &deferredRef{ref: ref, our: our, refunds: refunds, ops: ops}
-	var captures, settlements []chargeonce.LedgerEntry
-	theirRefunds := map[string][]chargeonce.LedgerEntry{}
+// in the period the window does not show at the acquirer. It allocates
+// only for what it finds: it runs for every reference.
+func (r *run) lookOurs(ctx context.Context, ref string, our *chargeonce.Charge, refunds []chargeonce.Refund, ops []chargeonce.ReconOperation, group []chargeonce.LedgerEntry) (deferredRef, error) {
+	d := deferredRef{ref: ref, our: our, refunds: refunds, ops: ops}
+	var captures, captureInPeriod, settlements, settlementInPeriod bool
+	var unread []string // the acquirer's refund references in the period with no refund of ours read
 	for _, e := range group {
 		switch e.Kind {
 		case chargeonce.LedgerCapture, chargeonce.LedgerAuthorization:
-			captures = append(captures, e)
+			captures = true
+			captureInPeriod = captureInPeriod || r.inPeriod(e.CreatedAt)
 		case chargeonce.LedgerManualCapture, chargeonce.LedgerVoid:
-			settlements = append(settlements, e)
+			settlements = true
+			settlementInPeriod = settlementInPeriod || r.inPeriod(e.CreatedAt)
 		case chargeonce.LedgerRefund:
-			theirRefunds[e.Reference] = append(theirRefunds[e.Reference], e)
+			if r.inPeriod(e.CreatedAt) && !slices.Contains(unread, e.Reference) &&
+				!slices.ContainsFunc(refunds, func(rf chargeonce.Refund) bool { return rf.ID == e.Reference }) {
+				unread = append(unread, e.Reference)
+			}
 		}
 	}
 	found := func(id string, at time.Time) {
@@ -94,22 +107,15 @@ func (r *run) lookOurs(ctx context.Context, ref string, our *chargeonce.Charge, 
 			d.readBack(at.Add(-r.opts.Margin))
 		}
 	}
-	margin := r.opts.Margin
 
 	// The acquirer's side in the period, ours outside the window.
-	if our != nil && !r.inRead(our.CreatedAt) && r.anyInPeriod(captures) {
+	if our != nil && !r.inRead(our.CreatedAt) && captureInPeriod {
 		found(our.ID, our.CreatedAt)
-	}
-	var unread []string
-	for key, es := range theirRefunds {
-		if !slices.ContainsFunc(refunds, func(rf chargeonce.Refund) bool { return rf.ID == key }) && r.anyInPeriod(es) {
-			unread = append(unread, key)
-		}
 	}
 	if len(unread) > 0 {
 		ours, err := r.refundsOf(ctx, ref, unread)
 		if err != nil {
-			return nil, err
+			return d, err
 		}
 		if len(ours) > 0 {
 			d.refunds = append(slices.Clone(refunds), ours...)
@@ -118,10 +124,10 @@ func (r *run) lookOurs(ctx context.Context, ref string, our *chargeonce.Charge, 
 			}
 		}
 	}
-	if len(ops) == 0 && r.anyInPeriod(settlements) {
+	if len(ops) == 0 && settlementInPeriod {
 		op, err := r.opOf(ctx, ref)
 		if err != nil {
-			return nil, err
+			return d, err
 		}
 		if op != nil {
 			d.ops = []chargeonce.ReconOperation{*op}
@@ -132,20 +138,21 @@ func (r *run) lookOurs(ctx context.Context, ref string, our *chargeonce.Charge, 
 	// Ours in the period as money moved, nothing at the acquirer in the
 	// window.
 	if our != nil && r.inPeriod(our.CreatedAt) && our.CaptureMethod != chargeonce.CaptureManual &&
-		our.Status == chargeonce.StatusCaptured && len(captures) == 0 {
+		our.Status == chargeonce.StatusCaptured && !captures {
 		d.ahead = true
 	}
 	for _, rf := range d.refunds {
-		if r.inPeriod(rf.CreatedAt) && rf.Status == chargeonce.RefundSucceeded && len(theirRefunds[rf.ID]) == 0 {
+		if r.inPeriod(rf.CreatedAt) && rf.Status == chargeonce.RefundSucceeded &&
+			!slices.ContainsFunc(group, func(e chargeonce.LedgerEntry) bool { return e.Kind == chargeonce.LedgerRefund && e.Reference == rf.ID }) {
 			d.ahead = true
 		}
 	}
-	if op := liveOp(d.ops); op != nil && op.Status == chargeonce.OperationSucceeded && r.inPeriod(op.SettledAt) && len(settlements) == 0 {
+	if op := liveOp(d.ops); op != nil && op.Status == chargeonce.OperationSucceeded && r.inPeriod(op.SettledAt) && !settlements {
 		d.ahead = true
 		if our != nil {
 			// Stripe files the capture or void under the authorization's
 			// creation, not when it settled.
-			d.readBack(our.CreatedAt.Add(-margin))
+			d.readBack(our.CreatedAt.Add(-r.opts.Margin))
 		}
 	}
 	return d, nil
@@ -232,7 +239,10 @@ func (r *run) resolveDeferred(ctx context.Context) error {
 	}
 	if back {
 		err := r.scanLedger(ctx, from, r.readFrom(), func(e chargeonce.LedgerEntry) {
-			if d := byRef[e.ChargeReference]; d != nil && !d.behind.IsZero() && !e.CreatedAt.Before(d.behind) {
+			// Every entry the read returns for the reference, also one
+			// dated a little before our record: a ledger may date by
+			// whole seconds (Stripe's), or by a clock behind ours.
+			if d := byRef[e.ChargeReference]; d != nil && !d.behind.IsZero() && !d.has(e) {
 				d.before = append(d.before, e)
 			}
 		})
@@ -242,7 +252,7 @@ func (r *run) resolveDeferred(ctx context.Context) error {
 	}
 	if ahead {
 		err := r.scanLedger(ctx, r.readTo(), r.readTo().Add(r.opts.Lookahead), func(e chargeonce.LedgerEntry) {
-			if d := byRef[e.ChargeReference]; d != nil && d.ahead {
+			if d := byRef[e.ChargeReference]; d != nil && d.ahead && !d.has(e) {
 				d.after = append(d.after, e)
 			}
 		})

@@ -342,11 +342,11 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 			// the window for it (resolveDeferred). Such references are
 			// exceptions, so few.
 			d.group, d.refunds, d.ops = slices.Clone(group), slices.Clone(d.refunds), slices.Clone(d.ops)
-			r.deferred = append(r.deferred, d)
+			r.deferred = append(r.deferred, &d)
 			continue
 		}
 		r.join(ref, our, d.refunds, d.ops, group)
-		r.noteFound(d, nil)
+		r.noteFound(&d, nil)
 	}
 	if err := r.resolveDeferred(ctx); err != nil {
 		return nil, err
