@@ -363,10 +363,6 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 	return rep, nil
 }
 
-func hasKind(entries []chargeonce.LedgerEntry, k chargeonce.LedgerKind) bool {
-	return slices.ContainsFunc(entries, func(e chargeonce.LedgerEntry) bool { return e.Kind == k })
-}
-
 type run struct {
 	opts   Options
 	now    time.Time
