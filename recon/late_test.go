@@ -3,6 +3,7 @@ package recon_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,23 +109,23 @@ func TestLateSettlementAcrossMidnight(t *testing.T) {
 	}
 }
 
-// editCapturedCents sets a charge's captured_cents in the database, as an
-// operator's UPDATE (or a bug) would.
-func editCapturedCents(t *testing.T, s chargeonce.Store, id string, cents int64) {
+// editCharge runs an UPDATE of one charge, as an operator's edit (or a
+// bug) would: set is the SET clause, $1 (?1) the value, $2 (?2) the id.
+func editCharge(t *testing.T, s chargeonce.Store, id, set string, v any) {
 	t.Helper()
 	ctx := context.Background()
 	var err error
 	switch st := s.(type) {
 	case *postgres.Store:
-		_, err = st.Pool().Exec(ctx, `UPDATE charges SET captured_cents = $1 WHERE id = $2`, cents, id)
+		_, err = st.Pool().Exec(ctx, `UPDATE charges SET `+set+` WHERE id = $2`, v, id)
 	case *sqlite.Store:
 		w, _ := st.DBs()
-		_, err = w.ExecContext(ctx, `UPDATE charges SET captured_cents = ?1 WHERE id = ?2`, cents, id)
+		_, err = w.ExecContext(ctx, `UPDATE charges SET `+strings.ReplaceAll(set, "$1", "?1")+` WHERE id = ?2`, v, id)
 	default:
 		t.Fatalf("no SQL for a %T store", s)
 	}
 	if err != nil {
-		t.Fatalf("editing captured_cents of %s: %v", id, err)
+		t.Fatalf("editing %s (%s): %v", id, set, err)
 	}
 }
 
@@ -132,6 +133,9 @@ func editCapturedCents(t *testing.T, s chargeonce.Store, id string, cents int64)
 // while the acquirer captured 500 (and our capture says 500): the charge
 // shows 700 captured, and refunds are bounded by it, so it is an
 // amount_mismatch of the manual capture, naming what the charge shows.
+// Its siblings: an automatic charge given a captured_cents (which then
+// bounds its refunds instead of its amount), and a captured manual charge
+// edited back to authorized (status_mismatch).
 func TestEditedCapturedCentsIsAmountMismatch(t *testing.T) {
 	t.Parallel()
 	for _, kind := range kinds {
@@ -139,22 +143,35 @@ func TestEditedCapturedCentsIsAmountMismatch(t *testing.T) {
 			t.Parallel()
 			e := setup(t, kind, acquirer.Options{})
 			e.background(t, 3)
-			id := e.authorize(t)
-			e.settle(t, id, chargeonce.KindCapture, 500)
+			manual, auto, reverted := e.authorize(t), e.charge(t, acquirer.TokenOK), e.authorize(t)
+			e.settle(t, manual, chargeonce.KindCapture, 500)
+			e.settle(t, reverted, chargeonce.KindCapture, 500)
 			clean := e.run(t, 0, 1000)
+			t.Logf("before the edits: counts %v matched %d", clean.Counts, clean.Matched)
 			wantOnly(t, clean, nil)
-			editCapturedCents(t, e.store, id, 700)
-			c, err := e.store.ChargeGet(t.Context(), "demo", id)
+			editCharge(t, e.store, manual, "captured_cents = $1", 700)
+			editCharge(t, e.store, auto, "captured_cents = $1", 2000)
+			editCharge(t, e.store, reverted, "status = $1", "authorized")
+			c, err := e.store.ChargeGet(t.Context(), "demo", manual)
 			if err != nil || c.AmountCaptured() != 700 {
 				t.Fatalf("the edited charge: %+v %v, want 700 captured", c, err)
 			}
 			for _, page := range []int{1, 1000} {
 				rep := e.run(t, 0, page)
 				t.Logf("page %d: counts %v matched %d", page, rep.Counts, rep.Matched)
-				wantOnly(t, rep, map[recon.Type]int{recon.AmountMismatch: 1}, id)
+				wantOnly(t, rep, map[recon.Type]int{recon.AmountMismatch: 2, recon.StatusMismatch: 1}, manual, auto, reverted)
 				for _, m := range rep.Mismatches {
-					if m.Kind != chargeonce.LedgerManualCapture || m.OurAmountCents != 700 || m.AcquirerAmountCents != 500 {
-						t.Errorf("page %d: %+v, want the manual capture: 700 shown by us, 500 at the acquirer", page, m)
+					var ok bool
+					switch m.Reference {
+					case manual:
+						ok = m.Type == recon.AmountMismatch && m.Kind == chargeonce.LedgerManualCapture && m.OurAmountCents == 700 && m.AcquirerAmountCents == 500
+					case auto:
+						ok = m.Type == recon.AmountMismatch && m.Kind == chargeonce.LedgerCapture && m.OurAmountCents == 2000 && m.AcquirerAmountCents == 2500
+					case reverted:
+						ok = m.Type == recon.StatusMismatch && m.Kind == chargeonce.LedgerManualCapture
+					}
+					if !ok {
+						t.Errorf("page %d: %+v: not what the edit of %s should report", page, m, m.Reference)
 					}
 				}
 			}
