@@ -341,8 +341,9 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 			// Kept, with its own copies, until the ledger was read past
 			// the window for it (resolveDeferred). Such references are
 			// exceptions, so few.
-			d.group, d.refunds, d.ops = slices.Clone(group), slices.Clone(d.refunds), slices.Clone(d.ops)
-			r.deferred = append(r.deferred, &d)
+			kept := d
+			kept.group, kept.refunds, kept.ops = slices.Clone(group), slices.Clone(d.refunds), slices.Clone(d.ops)
+			r.deferred = append(r.deferred, &kept)
 			continue
 		}
 		r.join(ref, our, d.refunds, d.ops, group)
