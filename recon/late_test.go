@@ -3,6 +3,7 @@ package recon_test
 import (
 	"bytes"
 	"context"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,9 @@ func TestLateSettlementAcrossMidnight(t *testing.T) {
 			if before.Matched != 8 || before.Charges != 8 || before.Refunds != 1 || before.Operations != 1 {
 				t.Errorf("the day of our records: matched %d charges %d refunds %d operations %d, want 8 8 1 1",
 					before.Matched, before.Charges, before.Refunds, before.Operations)
+			}
+			if len(before.Notes) != 3 {
+				t.Errorf("the day of our records: %d notes, want the capture, the refund and the manual capture found past midnight: %+v", len(before.Notes), before.Notes)
 			}
 			if t.Failed() {
 				t.Logf("the day of our records: %s", reportJSON(before))
@@ -176,5 +180,32 @@ func TestEditedCapturedCentsIsAmountMismatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The look-ups past the window go through the acquirer's ledger as any
+// reader has it: here over HTTP (GET /v1/ledger), a page of one entry at a
+// time.
+func TestLateSettlementOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "sqlite", acquirer.Options{})
+	e.background(t, 2)
+	c := e.record(t, chargeonce.StatusCaptured, 2500, "BRL")
+	midnight := time.Now().Add(2 * time.Second)
+	e.sim.LedgerAdd(chargeonce.LedgerEntry{Kind: chargeonce.LedgerCapture, Reference: c.ID, Merchant: "demo", AmountCents: 2500, Currency: "BRL",
+		Status: string(chargeonce.StatusCaptured), CreatedAt: midnight.Add(2 * time.Second)})
+	srv := httptest.NewServer(acquirer.Handler(e.sim))
+	t.Cleanup(srv.Close)
+	for _, day := range []struct{ from, to time.Time }{{midnight.Add(-24 * time.Hour), midnight}, {midnight, midnight.Add(24 * time.Hour)}} {
+		rep, err := recon.Run(t.Context(), e.recon, acquirer.NewClient(srv.URL, srv.Client()), recon.Options{
+			Acquirer: "http", Period: "test", From: day.from, To: day.to, Margin: time.Second, PageSize: 1,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOnly(t, rep, nil)
+		if len(rep.Notes) != 1 || rep.Notes[0].Reference != c.ID {
+			t.Errorf("%s: notes %+v, want %s joined across midnight", day.from, rep.Notes, c.ID)
+		}
 	}
 }
