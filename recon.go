@@ -58,10 +58,14 @@ type ReconRefundsParams struct {
 // One that failed moved nothing and is not listed.
 //
 // ChargeMax, when not empty, bounds the charges: ChargeID < ChargeMax, as
-// for refunds.
+// for refunds. ChargeMin, when not empty, bounds them from below:
+// ChargeMin <= ChargeID; with ChargeMax = ChargeMin+"\x01" a page is the
+// one charge's operation (reconciliation looks ours up by the charge's
+// reference when the acquirer shows a settlement ours is not read with).
 type ReconOperationsParams struct {
 	From, To    time.Time
 	AfterCharge string
+	ChargeMin   string
 	ChargeMax   string
 	Limit       int
 }

@@ -15,25 +15,31 @@ import (
 //
 // It walks the partial unique index charge_operations_one_live (migration
 // 0017: one pending or succeeded operation per charge, so the charge id
-// alone is the cursor) from the cursor, below p.ChargeMax when given, and
-// filters on updated_at, the time an operation settled: no index is added
-// for reconciliation. A run reads the index once, proportional to the
+// alone is the cursor) from the cursor (or p.ChargeMin), below p.ChargeMax
+// when given, and filters on updated_at, the time an operation settled: no
+// index is added for reconciliation. A run reads the index once, proportional to the
 // manual charges up to the period's end rather than to the period's own.
 func (s *Store) OperationsListByChargeReference(ctx context.Context, p chargeonce.ReconOperationsParams) ([]chargeonce.ReconOperation, error) {
 	if p.Limit <= 0 || p.Limit > chargeonce.ReconMaxPage {
 		return nil, chargeonce.FieldError("limit", "limit must be 1 to %d; got %d", chargeonce.ReconMaxPage, p.Limit)
 	}
-	if !chargeonce.ValidText(p.AfterCharge) || !chargeonce.ValidText(p.ChargeMax) {
+	if !chargeonce.ValidText(p.AfterCharge) || !chargeonce.ValidText(p.ChargeMax) || !chargeonce.ValidText(p.ChargeMin) {
 		return nil, chargeonce.FieldError("after", "the cursor and bounds must be valid UTF-8 without U+0000")
 	}
-	// The bound is its own statement rather than ($5 = '' OR ...), so that
-	// a generic plan still stops the index's range scan at ChargeMax.
-	q, args := operationsByChargeSQL+`
-ORDER BY o.charge_id LIMIT $4`, []any{p.AfterCharge, p.From, p.To, p.Limit}
+	// Each bound is its own statement text rather than ($5 = '' OR ...), so
+	// that a generic plan still starts and stops the index's range scan at
+	// ChargeMin and ChargeMax.
+	q, args := operationsByChargeSQL, []any{p.AfterCharge, p.From, p.To, p.Limit}
 	if p.ChargeMax != "" {
-		q, args = operationsByChargeSQL+` AND o.charge_id < $5
-ORDER BY o.charge_id LIMIT $4`, append(args, p.ChargeMax)
+		args = append(args, p.ChargeMax)
+		q += fmt.Sprintf(" AND o.charge_id < $%d", len(args))
 	}
+	if p.ChargeMin != "" {
+		args = append(args, p.ChargeMin)
+		q += fmt.Sprintf(" AND o.charge_id >= $%d", len(args))
+	}
+	q += `
+ORDER BY o.charge_id LIMIT $4`
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing operations by charge reference: %w", translate(err))

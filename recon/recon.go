@@ -72,6 +72,11 @@ const (
 	// DefaultSettlementWindow is how long after its creation a charge's
 	// difference is pending rather than a mismatch.
 	DefaultSettlementWindow = time.Hour
+	// DefaultLookahead is how far past the read window the acquirer's
+	// ledger is searched for what we recorded in the period and it does
+	// not show within the window: a request that reached it late, or an
+	// acquirer that settles late.
+	DefaultLookahead = 24 * time.Hour
 )
 
 // Options configure a run.
@@ -101,8 +106,15 @@ type Options struct {
 	// milliseconds): our side is then read only within the ids of the
 	// period (with the margin and IDClockSkew), a stretch of the primary
 	// key, instead of the key from its start. A charge whose id does not
-	// begin so is not read; its capture then shows as missing_internal.
+	// begin so is not read from the period's ids; the acquirer's capture of
+	// it is still joined with it, our charge looked up by its reference.
 	TimeOrderedIDs bool
+	// Lookahead: what we recorded in the period as money moved (a capture,
+	// a refund, a capture or void of an authorization) that the acquirer's
+	// ledger does not show within the read window is looked up in the
+	// ledger from the window's end for Lookahead before it is called
+	// missing_at_acquirer. Zero is DefaultLookahead.
+	Lookahead time.Duration
 }
 
 // IDClockSkew is how far an instance's clock (which stamps a charge id) may
@@ -154,6 +166,19 @@ type Mismatch struct {
 	Detail   string `json:"detail"`
 }
 
+// Note is one reference joined across the read window: what was found
+// beyond it, on which side, and why it was looked up.
+type Note struct {
+	Reference string `json:"reference"`
+	Merchant  string `json:"merchant,omitempty"`
+	// OurIDs are our charge, refunds and operations found by the
+	// reference outside the read window; AcquirerIDs the acquirer's
+	// entries found outside it.
+	OurIDs      []string `json:"our_ids,omitempty"`
+	AcquirerIDs []string `json:"acquirer_ids,omitempty"`
+	Detail      string   `json:"detail"`
+}
+
 // MerchantSummary is one merchant's share of a run: what the
 // reconciliation.completed event sent to that merchant carries.
 type MerchantSummary struct {
@@ -187,6 +212,11 @@ type Report struct {
 	// object names no merchant is in Counts only.
 	Merchants  map[string]*MerchantSummary `json:"merchants"`
 	Mismatches []Mismatch                  `json:"mismatches"`
+	// Notes name the references joined across the read window: one side
+	// found by its reference past the period and margin read (the acquirer
+	// settled it late, or our record was made before the window). They are
+	// no mismatches: what disagrees is in Mismatches as well.
+	Notes []Note `json:"notes"`
 	// Clean is no mismatch of any type, pending included.
 	Clean      bool      `json:"clean"`
 	StartedAt  time.Time `json:"started_at"`
@@ -216,10 +246,16 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	r := &run{opts: opts, now: opts.Now(), store: store, orphans: map[string][]chargeonce.LedgerEntry{}, report: &Report{
+	if opts.Lookahead < 0 {
+		return nil, errors.New("recon: the lookahead must not be negative")
+	}
+	if opts.Lookahead == 0 {
+		opts.Lookahead = DefaultLookahead
+	}
+	r := &run{opts: opts, now: opts.Now(), store: store, ledger: ledger, orphans: map[string][]chargeonce.LedgerEntry{}, report: &Report{
 		Acquirer: opts.Acquirer, Period: opts.Period, From: opts.From.UTC(), To: opts.To.UTC(),
 		Counts: make(map[Type]int, len(Types)), Merchants: map[string]*MerchantSummary{},
-		Mismatches: []Mismatch{}, StartedAt: time.Now().UTC(),
+		Mismatches: []Mismatch{}, Notes: []Note{}, StartedAt: time.Now().UTC(),
 	}}
 	for _, t := range Types {
 		r.report.Counts[t] = 0
@@ -288,44 +324,79 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 		if group, err = takeRef(ctx, theirs, ref, group[:0], func(e *chargeonce.LedgerEntry) string { return e.ChargeReference }); err != nil {
 			return nil, err
 		}
-		if our == nil && (len(ourRefund) > 0 || len(ourOps) > 0 ||
-			hasKind(group, chargeonce.LedgerRefund) || hasKind(group, chargeonce.LedgerManualCapture) || hasKind(group, chargeonce.LedgerVoid)) {
+		if our == nil && (len(ourRefund) > 0 || len(ourOps) > 0 || len(group) > 0) {
 			// A refund, a capture or a void of a charge made before the
 			// read began: its charge tells what was authorized and
-			// captured.
+			// captured. Or the acquirer's entries under a reference whose
+			// charge was not read: looked up before it is called missing.
 			if our, err = r.chargeByID(ctx, ref); err != nil {
 				return nil, err
 			}
 		}
-		r.join(ref, our, ourRefund, ourOps, group)
+		d, err := r.lookOurs(ctx, ref, our, ourRefund, ourOps, group)
+		if err != nil {
+			return nil, err
+		}
+		if d.needsLedger(r.readFrom()) {
+			// Kept, with its own copies, until the ledger was read past
+			// the window for it (resolveDeferred). Such references are
+			// exceptions, so few.
+			kept := d
+			kept.group, kept.refunds, kept.ops = slices.Clone(group), slices.Clone(d.refunds), slices.Clone(d.ops)
+			r.deferred = append(r.deferred, &kept)
+			continue
+		}
+		r.join(ref, our, d.refunds, d.ops, group)
+		r.noteFound(&d, nil)
+	}
+	if err := r.resolveDeferred(ctx); err != nil {
+		return nil, err
 	}
 	if err := r.resolveOrphans(ctx); err != nil {
 		return nil, err
 	}
 	rep := r.report
+	// References joined after the stream (deferred, orphans) in order.
+	slices.SortStableFunc(rep.Mismatches, func(a, b Mismatch) int { return strings.Compare(a.Reference, b.Reference) })
+	slices.SortStableFunc(rep.Notes, func(a, b Note) int { return strings.Compare(a.Reference, b.Reference) })
 	rep.Clean = len(rep.Mismatches) == 0
 	rep.FinishedAt = time.Now().UTC()
 	return rep, nil
-}
-
-func hasKind(entries []chargeonce.LedgerEntry, k chargeonce.LedgerKind) bool {
-	return slices.ContainsFunc(entries, func(e chargeonce.LedgerEntry) bool { return e.Kind == k })
 }
 
 type run struct {
 	opts   Options
 	now    time.Time
 	store  chargeonce.ReconStore
+	ledger chargeonce.Ledger
 	report *Report
 	// orphans are the acquirer's captures under a reference we have no
 	// charge for whose metadata names another of our ids, by that id:
 	// joined with it once the whole ledger was read (resolveOrphans). They
 	// are exceptions, so few.
 	orphans map[string][]chargeonce.LedgerEntry
+	// deferred are the references joined once the acquirer's ledger was
+	// read past the window for them (resolveDeferred): exceptions, so few.
+	deferred []*deferredRef
 }
 
 func (r *run) inPeriod(t time.Time) bool {
 	return !t.Before(r.opts.From) && t.Before(r.opts.To)
+}
+
+// readFrom and readTo bound the read window: the period and the margin.
+func (r *run) readFrom() time.Time { return r.opts.From.Add(-r.opts.Margin) }
+func (r *run) readTo() time.Time   { return r.opts.To.Add(r.opts.Margin) }
+
+// inRead reports whether t is in the read window: a record of ours made
+// then was read by the stream, one made outside it was looked up.
+func (r *run) inRead(t time.Time) bool {
+	return !t.Before(r.readFrom()) && t.Before(r.readTo())
+}
+
+// anyInPeriod reports whether one of the entries was made in the period.
+func (r *run) anyInPeriod(entries []chargeonce.LedgerEntry) bool {
+	return slices.ContainsFunc(entries, func(e chargeonce.LedgerEntry) bool { return r.inPeriod(e.CreatedAt) })
 }
 
 // chargeByID reads our charge ref, whenever it was made; nil when we have
@@ -392,8 +463,13 @@ func (r *run) join(ref string, our *chargeonce.Charge, refunds []chargeonce.Refu
 	}
 	var chargeInPeriod bool
 	switch {
-	case our != nil:
+	case our != nil && r.inRead(our.CreatedAt):
 		chargeInPeriod = r.inPeriod(our.CreatedAt)
+	case our != nil:
+		// Our charge was made outside the read window (looked up by its
+		// reference): the acquirer's capture in the period is compared
+		// with it here, a late one or a second one.
+		chargeInPeriod = r.anyInPeriod(captures)
 	case len(captures) > 0:
 		chargeInPeriod = r.inPeriod(captures[0].CreatedAt)
 	}
@@ -406,7 +482,7 @@ func (r *run) join(ref string, our *chargeonce.Charge, refunds []chargeonce.Refu
 	if chargeInPeriod {
 		touched = true
 		found += r.joinCapture(ref, our, captures, "")
-		if our != nil {
+		if our != nil && r.inPeriod(our.CreatedAt) {
 			r.report.Charges++
 			if ms := r.merchant(our.MerchantID); ms != nil {
 				ms.Charges++
@@ -522,6 +598,12 @@ func (r *run) joinCapture(ref string, our *chargeonce.Charge, captures []chargeo
 	if our != nil && len(captured) > 0 {
 		if c := captured[0]; c.AmountCents != our.AmountCents {
 			add(AmountMismatch, "we recorded %d, the acquirer captured %d (minor units)", our.AmountCents, c.AmountCents)
+		} else if our.CapturedCents != 0 && our.CapturedCents != c.AmountCents {
+			// An automatic charge has no captured_cents (NULL): one set
+			// bounds its refunds instead of its amount.
+			m.OurAmountCents = our.CapturedCents
+			add(AmountMismatch, "the charge's captured_cents is %d (it bounds its refunds); the acquirer captured %d (minor units)", our.CapturedCents, c.AmountCents)
+			m.OurAmountCents = our.AmountCents
 		}
 		if c := captured[0]; !strings.EqualFold(c.Currency, our.Currency) {
 			add(CurrencyMismatch, "we recorded %s, the acquirer captured %s", our.Currency, c.Currency)
@@ -552,22 +634,20 @@ func opKind(op *chargeonce.ReconOperation) chargeonce.LedgerKind {
 // It returns how many mismatches it found and whether a settlement was in
 // the period.
 func (r *run) joinOperation(ref string, our *chargeonce.Charge, ops []chargeonce.ReconOperation, settlements []chargeonce.LedgerEntry) (found int, touched bool) {
-	var ours *chargeonce.ReconOperation
-	for i := range ops {
-		if ours == nil || ops[i].Status == chargeonce.OperationSucceeded {
-			ours = &ops[i]
-		}
-	}
-	var at time.Time
+	ours := liveOp(ops)
+	var inPeriod bool
 	switch {
+	case ours != nil && r.inRead(ours.SettledAt):
+		inPeriod = r.inPeriod(ours.SettledAt)
 	case ours != nil:
-		at = ours.SettledAt
+		// Ours settled outside the read window (looked up by the
+		// charge's reference): compared here with the acquirer's
+		// settlement in the period.
+		inPeriod = r.anyInPeriod(settlements)
 	case len(settlements) > 0:
-		at = settlements[0].CreatedAt
-	default:
-		return 0, false
+		inPeriod = r.inPeriod(settlements[0].CreatedAt)
 	}
-	if !r.inPeriod(at) {
+	if !inPeriod {
 		return 0, false
 	}
 	var caps, voids []chargeonce.LedgerEntry
@@ -598,11 +678,13 @@ func (r *run) joinOperation(ref string, our *chargeonce.Charge, ops []chargeonce
 		}
 		m.AcquirerStatus, m.AcquirerAmountCents, m.AcquirerCurrency = first.Status, first.AmountCents, first.Currency
 	}
-	if ours != nil {
+	if ours != nil && r.inPeriod(ours.SettledAt) {
 		r.report.Operations++
 		if ms := r.merchant(ours.MerchantID); ms != nil {
 			ms.Operations++
 		}
+	}
+	if ours != nil {
 		m.Kind, m.ObjectReference, m.Merchant = opKind(ours), ours.ID, ours.MerchantID
 		m.OurStatus, m.OurAmountCents, m.OurCurrency, m.OurCreatedAt = string(ours.Status), ours.AmountCents, ours.Currency, ours.CreatedAt.UTC()
 	}
@@ -643,8 +725,24 @@ func (r *run) joinOperation(ref string, our *chargeonce.Charge, ops []chargeonce
 	default: // our capture succeeded
 		switch {
 		case len(caps) > 0:
-			if c := caps[0]; c.AmountCents != ours.AmountCents {
-				add(AmountMismatch, "we captured %d, the acquirer %d of the authorization (minor units)", ours.AmountCents, c.AmountCents)
+			// Our capture's amount, and what the charge shows captured
+			// (captured_cents: what the API answers and what bounds its
+			// refunds), against the acquirer's.
+			c := caps[0]
+			switch {
+			case c.AmountCents != ours.AmountCents:
+				shown := ""
+				if our != nil && our.AmountCaptured() != ours.AmountCents {
+					shown = fmt.Sprintf("; the charge shows %d captured", our.AmountCaptured())
+				}
+				add(AmountMismatch, "we captured %d, the acquirer %d of the authorization (minor units)%s", ours.AmountCents, c.AmountCents, shown)
+			case our != nil && our.Status != chargeonce.StatusCaptured:
+				add(StatusMismatch, "our capture %s and the acquirer's (%d) succeeded, but the charge shows %s", ours.ID, c.AmountCents, our.Status)
+			case our != nil && our.CapturedCents != c.AmountCents:
+				m.OurAmountCents = our.CapturedCents
+				add(AmountMismatch, "the charge shows %d captured (captured_cents, which bounds its refunds); our capture %s and the acquirer captured %d (minor units)",
+					our.CapturedCents, ours.ID, c.AmountCents)
+				m.OurAmountCents = ours.AmountCents
 			}
 			if c := caps[0]; !strings.EqualFold(c.Currency, ours.Currency) {
 				add(CurrencyMismatch, "we captured in %s, the acquirer in %s", ours.Currency, c.Currency)
@@ -713,26 +811,31 @@ func (r *run) joinRefunds(ref string, our *chargeonce.Charge, refunds []chargeon
 	}
 	for _, k := range keys {
 		p := pairs[k]
-		var created time.Time
-		if p.ours != nil {
-			created = p.ours.CreatedAt
-			if p.ours.Status == chargeonce.RefundSucceeded || p.ours.Status == chargeonce.RefundPending {
-				ourRefunded += p.ours.AmountCents
-			}
-		} else {
-			created = p.theirs[0].CreatedAt
+		var inPeriod bool
+		switch {
+		case p.ours != nil && r.inRead(p.ours.CreatedAt):
+			inPeriod = r.inPeriod(p.ours.CreatedAt)
+		case p.ours != nil:
+			// Ours was made outside the read window (looked up by its
+			// reference): compared here with the acquirer's in the period.
+			inPeriod = r.anyInPeriod(p.theirs)
+		default:
+			inPeriod = r.inPeriod(p.theirs[0].CreatedAt)
+		}
+		if p.ours != nil && (p.ours.Status == chargeonce.RefundSucceeded || p.ours.Status == chargeonce.RefundPending) {
+			ourRefunded += p.ours.AmountCents
 		}
 		for _, e := range p.theirs {
 			if movesMoney(e) {
 				theirRefunded += e.AmountCents
 			}
 		}
-		if !r.inPeriod(created) {
+		if !inPeriod {
 			continue
 		}
 		touched = true
 		r.report.LedgerEntries += len(p.theirs)
-		if p.ours != nil {
+		if p.ours != nil && r.inPeriod(p.ours.CreatedAt) {
 			r.report.Refunds++
 			if ms := r.merchant(p.ours.MerchantID); ms != nil {
 				ms.Refunds++

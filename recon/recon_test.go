@@ -399,7 +399,9 @@ func TestReportCSVAndSavedRun(t *testing.T) {
 
 // A charge created just before the period ends, captured by the acquirer
 // just after: with the margin they join; read without one, the capture is
-// outside the period and the charge looks missing at the acquirer.
+// outside the read window, and the charge is looked up in the acquirer's
+// ledger after it (Options.Lookahead) before it is called missing: found,
+// joined and noted; with a lookahead too short, missing at the acquirer.
 func TestMarginJoinsAcrossMidnight(t *testing.T) {
 	t.Parallel()
 	for _, kind := range kinds {
@@ -415,19 +417,24 @@ func TestMarginJoinsAcrossMidnight(t *testing.T) {
 			e.sim.LedgerAdd(chargeonce.LedgerEntry{Kind: chargeonce.LedgerCapture, Reference: c.ID, Merchant: c.MerchantID, OrderID: c.OrderID,
 				AmountCents: 2500, Currency: "BRL", Status: string(chargeonce.StatusCaptured), CreatedAt: end.Add(500 * time.Millisecond)})
 			for _, tc := range []struct {
-				margin time.Duration
-				want   map[recon.Type]int
+				margin, lookahead time.Duration
+				want              map[recon.Type]int
+				notes             int
 			}{
-				{time.Hour, nil},
-				{0, map[recon.Type]int{recon.MissingAtAcquirer: 1}},
+				{time.Hour, 0, nil, 0},
+				{0, 0, nil, 1},
+				{0, time.Millisecond, map[recon.Type]int{recon.MissingAtAcquirer: 1}, 0},
 			} {
 				rep, err := recon.Run(t.Context(), e.recon, e.sim, recon.Options{
-					Acquirer: "sim", Period: "day", From: end.Add(-24 * time.Hour), To: end, Margin: tc.margin,
+					Acquirer: "sim", Period: "day", From: end.Add(-24 * time.Hour), To: end, Margin: tc.margin, Lookahead: tc.lookahead,
 				})
 				if err != nil {
 					t.Fatal(err)
 				}
 				wantOnly(t, rep, tc.want, c.ID)
+				if len(rep.Notes) != tc.notes || rep.Matched != 1-len(tc.want) {
+					t.Errorf("margin %s lookahead %s: notes %+v matched %d, want %d notes", tc.margin, tc.lookahead, rep.Notes, rep.Matched, tc.notes)
+				}
 			}
 		})
 	}

@@ -103,3 +103,85 @@ func TestManualCapturesAgainstStripeLedger(t *testing.T) {
 		})
 	}
 }
+
+// stripeListCreated is stripeList honouring created[gte] and created[lt], as
+// Stripe does: a period lists only the PaymentIntents created in it.
+func stripeListCreated(t *testing.T, pis []map[string]any) *stripe.Ledger {
+	t.Helper()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data := []map[string]any{}
+		if r.URL.Path == "/v1/payment_intents" {
+			q := r.URL.Query()
+			gte, err1 := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+			lt, err2 := strconv.ParseInt(q.Get("created[lt]"), 10, 64)
+			if err1 != nil || err2 != nil {
+				http.Error(w, "created[gte] and created[lt] are required", http.StatusBadRequest)
+				return
+			}
+			for _, pi := range pis {
+				if c := pi["created"].(int64); c >= gte && c < lt {
+					data = append(data, pi)
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": r.URL.Path, "has_more": false, "data": data})
+	}))
+	t.Cleanup(hs.Close)
+	retries := int64(0)
+	acq, err := stripe.New(stripe.Options{Key: "sk_test_123", APIBase: hs.URL, MaxNetworkRetries: &retries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := acq.Ledger(stripe.LedgerOptions{})
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// Stripe lists a PaymentIntent, its capture included, by its creation: an
+// authorization captured days later (here, seconds past a margin of half a
+// second) has its capture on the authorization's day at Stripe and on the
+// capture's day with us. Each day looks the other side up by the charge's
+// reference, and both reconcile clean.
+func TestStripeCaptureDaysAfterAuthorization(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, kind, acquirer.Options{})
+			id := e.authorize(t)
+			c, err := e.store.ChargeGet(t.Context(), "demo", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2500 * time.Millisecond) // the capture "days" later: past both margins and Stripe's whole seconds
+			e.settle(t, id, chargeonce.KindCapture, 2000)
+			// Midnight: 1.7 s after the authorization, ours settled 0.8 s or
+			// more after it.
+			midnight := c.CreatedAt.Add(1700 * time.Millisecond)
+			ledger := stripeListCreated(t, []map[string]any{paymentIntent(c, "succeeded", 2000)})
+			for _, day := range []struct {
+				name     string
+				from, to time.Time
+			}{
+				{"the authorization's day", midnight.Add(-24 * time.Hour), midnight},
+				{"the capture's day", midnight, midnight.Add(24 * time.Hour)},
+			} {
+				rep, err := recon.Run(t.Context(), e.recon, ledger, recon.Options{
+					Acquirer: "stripe", Period: day.name, From: day.from, To: day.to, Margin: 500 * time.Millisecond,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s: counts %v matched %d charges %d operations %d ledger %d", day.name, rep.Counts, rep.Matched, rep.Charges, rep.Operations, rep.LedgerEntries)
+				wantOnly(t, rep, nil)
+				if rep.Matched != 1 {
+					t.Errorf("%s: matched %d, want 1", day.name, rep.Matched)
+				}
+				if len(rep.Notes) != 1 {
+					t.Errorf("%s: notes %+v, want the capture joined across the window", day.name, rep.Notes)
+				}
+			}
+		})
+	}
+}

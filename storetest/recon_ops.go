@@ -92,6 +92,16 @@ func testOperationsByChargeReferenceWalk(t *testing.T, s chargeonce.Store, r cha
 	if got := walk(chargeonce.ReconOperationsParams{From: before, To: after, ChargeMax: canceled.ID, Limit: 1}); len(got) != 1 || got[0].ID != want[0] {
 		t.Errorf("below %s: %+v, want %s alone", canceled.ID, got, want[0])
 	}
+	// From ChargeMin on, and one charge's alone (reconciliation's point read).
+	if got := walk(chargeonce.ReconOperationsParams{From: before, To: after, ChargeMin: canceled.ID, Limit: 1}); len(got) != 2 || got[0].ID != want[1] || got[1].ID != want[2] {
+		t.Errorf("from %s: %+v, want %q", canceled.ID, got, want[1:])
+	}
+	if got := walk(chargeonce.ReconOperationsParams{From: before, To: after, ChargeMin: canceled.ID, ChargeMax: canceled.ID + "\x01", Limit: 1}); len(got) != 1 || got[0].ID != want[1] {
+		t.Errorf("charge %s alone: %+v, want %s", canceled.ID, got, want[1])
+	}
+	if got := walk(chargeonce.ReconOperationsParams{From: before, To: after, ChargeMin: charges[3].ID, ChargeMax: charges[3].ID + "\x01", Limit: 1}); len(got) != 0 {
+		t.Errorf("charge %s, still authorized: %+v, want none", charges[3].ID, got)
+	}
 	if got := walk(chargeonce.ReconOperationsParams{From: after, To: after.Add(time.Hour), Limit: 10}); len(got) != 0 {
 		t.Errorf("a later period: %+v, want none", got)
 	}

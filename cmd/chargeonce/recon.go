@@ -27,7 +27,7 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var (
 		db, day, fromS, toS, format string
 		metricsFile                 string
-		margin, window              time.Duration
+		margin, window, lookahead   time.Duration
 		page                        int
 	)
 	var opts0 recon.Options
@@ -42,6 +42,7 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&format, "format", "json", "the report's format on stdout: json or csv (mismatches only)")
 	fs.DurationVar(&margin, "margin", recon.DefaultMargin, "how far past both ends of the period both sides are read, so a charge near midnight joins its capture")
 	fs.DurationVar(&window, "settlement-window", recon.DefaultSettlementWindow, "a charge younger than this that the acquirer does not show yet (or that is still processing) is pending, not a mismatch")
+	fs.DurationVar(&lookahead, "lookahead", recon.DefaultLookahead, "what we recorded in the period as money moved that the acquirer's ledger does not show within the period and margin is looked up in its ledger for this long after them before it is missing_at_acquirer (an acquirer that settles late)")
 	fs.IntVar(&page, "page-size", chargeonce.ReconDefaultPage, fmt.Sprintf("rows read per page on each side (1 to %d)", chargeonce.ReconMaxPage))
 	fs.BoolVar(&opts0.TimeOrderedIDs, "time-ordered-ids", true, "charge ids begin with their creation time (as chargeonce makes them): read only the period's stretch of ids; false walks every id, for ids made otherwise")
 	fs.StringVar(&metricsFile, "metrics-file", "", "also write the run's counts to this `file` in Prometheus text format (node_exporter's textfile collector), replaced atomically")
@@ -49,7 +50,7 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	opts := opts0
-	opts.Margin, opts.SettlementWindow, opts.PageSize = margin, window, page
+	opts.Margin, opts.SettlementWindow, opts.PageSize, opts.Lookahead = margin, window, page, lookahead
 	if err := reconPeriod(&opts, day, fromS, toS); err != nil {
 		return err
 	}
@@ -58,6 +59,9 @@ func runRecon(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if margin < 0 || window < 0 {
 		return usageError("--margin and --settlement-window must not be negative")
+	}
+	if lookahead <= 0 {
+		return usageError("--lookahead must be positive")
 	}
 	if page < 1 || page > chargeonce.ReconMaxPage {
 		return usageError(fmt.Sprintf("--page-size must be 1 to %d; got %d", chargeonce.ReconMaxPage, page))

@@ -105,6 +105,7 @@ func TestReconCommandRefusesBadFlags(t *testing.T) {
 		{"recon", "--acquirer", "sim", "--day", "2026-12-01"},
 		{"recon", "--day", "2026-12-01"},
 		{"recon", "--acquirer", "http://127.0.0.1:1", "--day", "2026-12-01", "--format", "xml"},
+		{"recon", "--acquirer", "http://127.0.0.1:1", "--day", "2026-12-01", "--lookahead", "0s"},
 	} {
 		err := Main(context.Background(), args, &apitest.Buffer{}, &apitest.Buffer{})
 		if _, ok := errors.AsType[usageError](err); !ok {
