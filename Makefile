@@ -1,5 +1,5 @@
 # The common tasks, with one obvious spelling each. `make help` lists them.
-.PHONY: help build run test test-v lint bench bench-full fuzz chaos chaos-ha
+.PHONY: help build install run test test-full test-v lint bench bench-full fuzz chaos chaos-ha
 
 # How long `make fuzz` runs each fuzz target: FUZZTIME=5m make fuzz.
 FUZZTIME ?= 30s
@@ -15,6 +15,9 @@ BIN ?= bin/chargeonce
 
 build: ## bin/chargeonce, stamped with its version (git describe of the release tag) and commit
 	go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/chargeonce
+
+install: ## go install ./cmd/chargeonce: chargeonce on your PATH ($(go env GOPATH)/bin); its version from the module's build info (chargeonce version)
+	go install ./cmd/chargeonce
 
 run: ## run the service on the embedded SQLite default
 	go run ./cmd/chargeonce serve
