@@ -14,10 +14,13 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 BIN ?= bin/chargeonce
 
 build: ## bin/chargeonce, stamped with its version (git describe of the release tag) and commit
-	go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/chargeonce
+	go build -buildvcs=auto -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/chargeonce
 
-install: ## go install ./cmd/chargeonce: chargeonce on your PATH ($(go env GOPATH)/bin); its version from the module's build info (chargeonce version)
-	go install ./cmd/chargeonce
+# -buildvcs=auto: the go command stamps the commit, its time and a module
+# version into the binary (chargeonce version), also where GOFLAGS turns it
+# off (go env -w GOFLAGS=-buildvcs=false).
+install: ## go install ./cmd/chargeonce: chargeonce on your PATH ($(go env GOPATH)/bin), saying which commit it is (chargeonce version)
+	go install -buildvcs=auto ./cmd/chargeonce
 
 run: ## run the service on the embedded SQLite default
 	go run ./cmd/chargeonce serve
