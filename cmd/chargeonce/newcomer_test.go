@@ -1,14 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/apitest"
 )
 
 // A resolve without --reason (or --status) is a command line chargeonce
@@ -95,4 +99,72 @@ func TestInstalledBinarySaysWhichBuild(t *testing.T) {
 	if v := regexp.MustCompile(`(?m)^version (\S+)`).FindStringSubmatch(string(out)); v == nil || v[1] == "dev" {
 		t.Errorf("the installed chargeonce's version says\n%s\nwant the module version the go command stamped, not dev", out)
 	}
+}
+
+// /metrics counts a refund's, a capture's and a cancel's attempts by their
+// kind, not as charge attempts: chargeonce_charge_attempts_total counted
+// every one of them as a POST /v1/charges answer.
+func TestMetricsCountOperationsByKind(t *testing.T) {
+	t.Parallel()
+	r := startServe(t, "127.0.0.1:0")
+	post := func(path, key, body string) apitest.Result {
+		t.Helper()
+		res, err := apitest.Do(t, nil, "POST", r.base+path, []byte(body),
+			map[string]string{"Authorization": "Bearer sk_test_demo", "Idempotency-Key": key})
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		return res
+	}
+	idOf := func(res apitest.Result) string {
+		t.Helper()
+		var v struct{ ID string }
+		if err := json.Unmarshal(res.Body, &v); err != nil || v.ID == "" {
+			t.Fatalf("no id in %d %s", res.Status, res.Body)
+		}
+		return v.ID
+	}
+	captured := post("/v1/charges", "m-1", `{"order_id": 1, "amount_cents": 1000, "payment_token": "tok_ok"}`)
+	toCapture := post("/v1/charges", "m-2", `{"order_id": 2, "amount_cents": 1000, "payment_token": "tok_ok", "capture_method": "manual"}`)
+	toCancel := post("/v1/charges", "m-3", `{"order_id": 3, "amount_cents": 1000, "payment_token": "tok_ok", "capture_method": "manual"}`)
+	for _, op := range []struct {
+		path string
+		want int
+	}{
+		{"/v1/charges/" + idOf(captured) + "/refunds", 201},
+		{"/v1/charges/" + idOf(toCapture) + "/capture", 200},
+		{"/v1/charges/" + idOf(toCancel) + "/cancel", 200},
+	} {
+		if res := post(op.path, "op-"+op.path, `{}`); res.Status != op.want {
+			t.Fatalf("POST %s: %d %s", op.path, res.Status, res.Body)
+		}
+	}
+	body := string(get(t, r.base+"/metrics", "").Body)
+	total := 0
+	for _, m := range regexp.MustCompile(`(?m)^chargeonce_charge_attempts_total\{[^}]*\} (\d+)$`).FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.Atoi(m[1])
+		total += n
+	}
+	if total != 3 {
+		t.Errorf("chargeonce_charge_attempts_total sums to %d after 3 charges, a refund, a capture and a cancel; want 3\n%s", total, grepLines(body, "attempts_total"))
+	}
+	for _, want := range []string{
+		`chargeonce_operation_attempts_total{kind="refund",replayed="false",status="201"} 1`,
+		`chargeonce_operation_attempts_total{kind="capture",replayed="false",status="200"} 1`,
+		`chargeonce_operation_attempts_total{kind="cancel",replayed="false",status="200"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no line %s\n%s", want, grepLines(body, "attempts_total"))
+		}
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
