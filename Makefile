@@ -25,8 +25,11 @@ install: ## go install ./cmd/chargeonce: chargeonce on your PATH ($(go env GOPAT
 run: ## run the service on the embedded SQLite default
 	go run ./cmd/chargeonce serve
 
-test: ## the README's test command: installs PgBouncer, Chromium, Patroni and etcd when missing, then go test -race ./...
+test: ## the README's test command: installs PgBouncer and Chromium when missing, then go test -race ./... but the full tier
 	./scripts/test.sh
+
+test-full: ## the full tier CI runs besides: the HA chaos test (installs Patroni and etcd when missing; about 3 minutes)
+	./scripts/test.sh --full
 
 test-v: ## the tests, printing their measurements (latencies, counts)
 	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown|Failover|InsertCommitted|LateSettlement|Forgetful|Redrive|NeverSendsAReference|StuckGauge|QueueBurst|ClusterNodeKilled|OpenAPIConformance|Flood|FairQueue|Fairness|ListChargesBounded|MigrateOnline|RollingUpgrade|ThroughPgBouncerUnderLoad|RecoveryAgainstStripeFake|OneTraceFromRequest|BatchSpanLinks|TraceFollowsAMessage|TracesExportedOverOTLP|StripeStorm|HonoursRetryAfter|SuiteFailsBrokenAdapters|ResolveRacesRecovery|CommonPathWritesNoHistoryRows|ConsoleInBrowser|WebhookStorm|DeadEndpointDoesNotDelayOthers|RetriesThenSucceeds|Chaos' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'

@@ -627,3 +627,33 @@ func TestDocsWebhookReceiverChecksTheEventType(t *testing.T) {
 		t.Error("docs/webhooks.md has no Go receiver (webhook.Handler) any more: update this test")
 	}
 }
+
+// The test tiers: the README's command runs every test but the full
+// tier's (FULL_TIER in scripts/test.sh, by -skip), --full runs those (by
+// -run), and CI runs both, so a test in the full tier neither skips nor
+// goes unrun. Each test FULL_TIER names exists.
+func TestTestTiers(t *testing.T) {
+	t.Parallel()
+	script := readDoc(t, "scripts/test.sh")
+	m := regexp.MustCompile(`(?m)^FULL_TIER='([^']+)'$`).FindStringSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/test.sh names no FULL_TIER='…' pattern")
+	}
+	for _, want := range []string{`-skip "$FULL_TIER"`, `-run "$FULL_TIER"`} {
+		if !strings.Contains(script, want) {
+			t.Errorf("scripts/test.sh does not run go test %s", want)
+		}
+	}
+	if ci := readDoc(t, ".ci/run"); !hasLine(ci, theTestCommand+" --full") {
+		t.Errorf(".ci/run does not run the full tier (%s --full)", theTestCommand)
+	}
+	if mk := readDoc(t, "Makefile"); !strings.Contains(mk, "test-full:") || !strings.Contains(mk, theTestCommand+" --full") {
+		t.Errorf("the Makefile has no test-full target running %s --full", theTestCommand)
+	}
+	for _, name := range regexp.MustCompile(`\^?(Test\w+)\$?`).FindAllStringSubmatch(m[1], -1) {
+		out, err := exec.CommandContext(t.Context(), "grep", "-rlE", "--include=*_test.go", `^func `+name[1]+`\(`, ".").Output()
+		if err != nil || len(bytes.TrimSpace(out)) == 0 {
+			t.Errorf("FULL_TIER names %s, which no _test.go file declares", name[1])
+		}
+	}
+}

@@ -122,7 +122,7 @@ func (p *haProc) kill() {
 }
 
 // requireHA fails the test, loudly, when Patroni or etcd is missing: the
-// README's test command installs them (scripts/test.sh).
+// full tier installs them (./scripts/test.sh --full, make test-full).
 func requireHA(t *testing.T) {
 	t.Helper()
 	var missing []string
@@ -135,7 +135,7 @@ func requireHA(t *testing.T) {
 		missing = append(missing, haBinDir+"/postgres")
 	}
 	if len(missing) > 0 {
-		t.Fatalf("the high-availability tests need %s: ./scripts/test.sh installs Debian's patroni and etcd-server (apt-get install patroni etcd-server), and PostgreSQL 15's server binaries", strings.Join(missing, ", "))
+		t.Fatalf("the high-availability tests need %s: ./scripts/test.sh --full (make test-full) installs Debian's patroni and etcd-server (apt-get install patroni etcd-server), and PostgreSQL 15's server binaries", strings.Join(missing, ", "))
 	}
 }
 
