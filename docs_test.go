@@ -466,11 +466,11 @@ func compareShown(shown *docBlock, got string) error {
 	}
 	var want any
 	if err := json.Unmarshal([]byte(wantBody), &want); err != nil {
-		return fmt.Errorf("%s: the body shown is not JSON: %v", shown, err)
+		return fmt.Errorf("%s: the body shown is not JSON: %w", shown, err)
 	}
 	var g any
 	if err := json.NewDecoder(strings.NewReader(strings.TrimSpace(gotBody))).Decode(&g); err != nil {
-		return fmt.Errorf("%s shows a JSON body; the answer's is not JSON (%v)", shown, err)
+		return fmt.Errorf("%s shows a JSON body; the answer's is not JSON (%w)", shown, err)
 	}
 	return compareJSON(shown.String(), "", want, g)
 }

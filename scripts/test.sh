@@ -15,6 +15,7 @@
 # a fresh machine lacks:
 #   pgbouncer  the pooler tests (docs/pooler.md)
 #   chromium   the console's browser test (docs/operators.md)
+#   curl, jq   the docs' shell blocks, which the doc test runs as written
 #   patroni    with --full: the high-availability test (docs/ha.md), with
 #   etcd-server  its distributed configuration store
 # apt-get runs through sudo unless this runs as root. Extra arguments go to
@@ -41,6 +42,8 @@ if $full; then
 else
 	command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
 	command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || need+=(chromium)
+	command -v curl >/dev/null || need+=(curl)
+	command -v jq >/dev/null || need+=(jq)
 fi
 if [ ${#need[@]} -gt 0 ]; then
 	echo "test.sh: installing what the tests need: ${need[*]}" >&2
