@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -345,8 +346,8 @@ func TestDocsRunAsWritten(t *testing.T) {
 	api, adminAddr, acq := docFreeAddr(t), docFreeAddr(t), docFreeAddr(t)
 	serve := exec.CommandContext(t.Context(), filepath.Join(bin, "chargeonce"), "serve", "--addr", api, "--admin-addr", adminAddr)
 	serve.Dir = home
-	var serveLog bytes.Buffer
-	serve.Stdout, serve.Stderr = &serveLog, &serveLog
+	serveLog := &lockedBuffer{}
+	serve.Stdout, serve.Stderr = serveLog, serveLog
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -370,6 +371,25 @@ func TestDocsRunAsWritten(t *testing.T) {
 	if failed > 0 {
 		t.Logf("%d of %d doc blocks failed; serve's log:\n%s", failed, runnable, tailOf(serveLog.String(), 40))
 	}
+}
+
+// lockedBuffer is serve's log: written by exec's copying goroutine, read
+// by the test on a failure.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 type docResult struct {
