@@ -25,8 +25,8 @@ cd "$(dirname "$0")/.."
 
 # FULL_TIER is the tests only --full runs: TestChaosHA starts three etcd
 # members, three PostgreSQL nodes under Patroni and the chaos suite's
-# services, for about 3 minutes of its own and the CPU of the two cores
-# every other package shares while it runs.
+# services for about 2.5 minutes, beside every other package, and needs
+# Patroni and etcd, which no other test does.
 FULL_TIER='^TestChaosHA$'
 
 full=false
