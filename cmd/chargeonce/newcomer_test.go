@@ -172,3 +172,23 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The README's table of commands names every command `chargeonce help`
+// lists: admin-key was missing from it.
+func TestReadmeTableNamesEveryCommand(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "| command | does |")
+	if !ok {
+		t.Fatal("README.md has no table of commands (| command | does |)")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	for _, c := range commands() {
+		if !strings.Contains(table, "`"+c.name+"`") {
+			t.Errorf("README.md's table of commands does not name %s (%s)", c.name, c.summary)
+		}
+	}
+}
