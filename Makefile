@@ -1,5 +1,5 @@
 # The common tasks, with one obvious spelling each. `make help` lists them.
-.PHONY: help build run test test-v lint bench bench-full fuzz chaos chaos-ha
+.PHONY: help build install run test test-full test-v lint bench bench-full fuzz chaos chaos-ha
 
 # How long `make fuzz` runs each fuzz target: FUZZTIME=5m make fuzz.
 FUZZTIME ?= 30s
@@ -14,13 +14,22 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 BIN ?= bin/chargeonce
 
 build: ## bin/chargeonce, stamped with its version (git describe of the release tag) and commit
-	go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/chargeonce
+	go build -buildvcs=auto -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/chargeonce
+
+# -buildvcs=auto: the go command stamps the commit, its time and a module
+# version into the binary (chargeonce version), also where GOFLAGS turns it
+# off (go env -w GOFLAGS=-buildvcs=false).
+install: ## go install ./cmd/chargeonce: chargeonce on your PATH ($(go env GOPATH)/bin), saying which commit it is (chargeonce version)
+	go install -buildvcs=auto ./cmd/chargeonce
 
 run: ## run the service on the embedded SQLite default
 	go run ./cmd/chargeonce serve
 
-test: ## the README's test command: installs PgBouncer, Chromium, Patroni and etcd when missing, then go test -race ./...
+test: ## the README's test command: installs PgBouncer and Chromium when missing, then go test -race ./... but the full tier
 	./scripts/test.sh
+
+test-full: ## the full tier CI runs besides: the HA chaos test (installs Patroni and etcd when missing; about 3 minutes)
+	./scripts/test.sh --full
 
 test-v: ## the tests, printing their measurements (latencies, counts)
 	go test -race -v -run 'Race|InFlight|Soak|Crash|CheapAnswers|Overload|AdmissionWait|Outage|Storm|GracefulShutdown|Failover|InsertCommitted|LateSettlement|Forgetful|Redrive|NeverSendsAReference|StuckGauge|QueueBurst|ClusterNodeKilled|OpenAPIConformance|Flood|FairQueue|Fairness|ListChargesBounded|MigrateOnline|RollingUpgrade|ThroughPgBouncerUnderLoad|RecoveryAgainstStripeFake|OneTraceFromRequest|BatchSpanLinks|TraceFollowsAMessage|TracesExportedOverOTLP|StripeStorm|HonoursRetryAfter|SuiteFailsBrokenAdapters|ResolveRacesRecovery|CommonPathWritesNoHistoryRows|ConsoleInBrowser|WebhookStorm|DeadEndpointDoesNotDelayOthers|RetriesThenSucceeds|Chaos' ./... 2>&1 | grep -E '^(=== RUN|--- |\s+\S+_test.go|ok|FAIL)'

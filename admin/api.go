@@ -388,13 +388,18 @@ func (s *Server) apiAudit(w http.ResponseWriter, r *http.Request, _ string) erro
 	if err != nil {
 		return err
 	}
+	// One entry more than the page says whether there are older ones.
+	limit := p.Limit
+	p.Limit++
 	es, err := s.ops.AuditList(r.Context(), p)
 	if err != nil {
 		return err
 	}
 	out := struct {
-		Data []EntryJSON `json:"data"`
-	}{Data: []EntryJSON{}}
+		Data    []EntryJSON `json:"data"`
+		HasMore bool        `json:"has_more"`
+	}{Data: []EntryJSON{}, HasMore: len(es) > limit}
+	es = es[:min(len(es), limit)]
 	for i := range es {
 		out.Data = append(out.Data, *entryJSON(&es[i]))
 	}

@@ -75,6 +75,7 @@ type haProc struct {
 	name string
 	args []string
 	cred *syscall.Credential
+	dir  string // its working directory, one cred can enter
 	log  string
 	env  []string
 
@@ -90,10 +91,10 @@ func (p *haProc) start() error {
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "=== %s: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
-	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd := ownerCommand(p.cred, p.dir, p.args[0], p.args[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = p.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: p.cred}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
@@ -121,7 +122,7 @@ func (p *haProc) kill() {
 }
 
 // requireHA fails the test, loudly, when Patroni or etcd is missing: the
-// README's test command installs them (scripts/test.sh).
+// full tier installs them (./scripts/test.sh --full, make test-full).
 func requireHA(t *testing.T) {
 	t.Helper()
 	var missing []string
@@ -134,8 +135,34 @@ func requireHA(t *testing.T) {
 		missing = append(missing, haBinDir+"/postgres")
 	}
 	if len(missing) > 0 {
-		t.Fatalf("the high-availability tests need %s: ./scripts/test.sh installs Debian's patroni and etcd-server (apt-get install patroni etcd-server), and PostgreSQL 15's server binaries", strings.Join(missing, ", "))
+		t.Fatalf("the high-availability tests need %s: ./scripts/test.sh --full (make test-full) installs Debian's patroni and etcd-server (apt-get install patroni etcd-server), and PostgreSQL 15's server binaries", strings.Join(missing, ", "))
 	}
+}
+
+// ownerCommand prepares a program to run as cred (nil: the current user)
+// in dir, a directory that user can enter. Never in the test's working
+// directory: a clone in a private directory (mode 700) is one root's
+// children may not enter once they are "postgres", and Patroni's
+// multiprocessing child enters its working directory again (a
+// PermissionError: the cluster never bootstrapped); pg_ctl says "could not
+// change directory". A command as another user without a directory fails
+// to start.
+func ownerCommand(cred *syscall.Credential, dir, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...) //nolint:gosec,noctx // G204: the tests' own programs (etcd, Patroni, pg_ctl); stop ends them
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if cred != nil && dir == "" {
+		cmd.Err = fmt.Errorf("%s would run as uid %d in the test's working directory, which that user may not enter: give it a directory of its own", name, cred.Uid)
+	}
+	return cmd
+}
+
+// pgCtlStop stops the PostgreSQL server of data at once (immediate
+// shutdown), as owner, from the node's directory; it returns what pg_ctl
+// said.
+func pgCtlStop(owner *syscall.Credential, data string) (string, error) {
+	out, err := ownerCommand(owner, filepath.Dir(data), filepath.Join(haBinDir, "pg_ctl"), "stop", "-m", "immediate", "-D", data).CombinedOutput()
+	return string(out), err
 }
 
 // pgCredential is the OS user PostgreSQL runs as: the current one, or
@@ -200,7 +227,7 @@ func newHADB(t *testing.T, tox *toxiproxy.ApiServer) *haDB {
 		name := "etcd" + strconv.Itoa(i+1)
 		client := fmt.Sprintf("http://127.0.0.1:%d", clientPorts[i])
 		peer := fmt.Sprintf("http://127.0.0.1:%d", peerPorts[i])
-		p := &haProc{name: name, log: filepath.Join(dir, name+".log"), env: os.Environ(), args: []string{"etcd",
+		p := &haProc{name: name, dir: dir, log: filepath.Join(dir, name+".log"), env: os.Environ(), args: []string{"etcd",
 			"--name", name, "--data-dir", filepath.Join(dir, name),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
@@ -244,7 +271,7 @@ func newHADB(t *testing.T, tox *toxiproxy.ApiServer) *haDB {
 			}
 		}
 		env := append(os.Environ(), "LC_ALL=C.UTF-8", "HOME="+n.dir)
-		n.patroni = &haProc{name: name + "/patroni", log: filepath.Join(n.dir, "patroni.log"), cred: db.owner, env: env,
+		n.patroni = &haProc{name: name + "/patroni", dir: n.dir, log: filepath.Join(n.dir, "patroni.log"), cred: db.owner, env: env,
 			args: []string{"patroni", conf}}
 		db.nodes = append(db.nodes, n)
 	}
@@ -301,9 +328,7 @@ func reapAbandoned(owner *syscall.Credential) {
 		}
 		datas, _ := filepath.Glob(filepath.Join(dir, "pg*", "data"))
 		for _, data := range datas {
-			cmd := exec.Command(filepath.Join(haBinDir, "pg_ctl"), "stop", "-m", "immediate", "-D", data)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: owner}
-			_ = cmd.Run()
+			_, _ = pgCtlStop(owner, data)
 		}
 		os.RemoveAll(dir)
 	}
@@ -568,9 +593,7 @@ func (db *haDB) stop() {
 	}
 	for _, n := range db.nodes {
 		n.patroni.kill()
-		cmd := exec.Command(filepath.Join(haBinDir, "pg_ctl"), "stop", "-m", "immediate", "-D", filepath.Join(n.dir, "data"))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: db.owner}
-		_ = cmd.Run()
+		_, _ = pgCtlStop(db.owner, filepath.Join(n.dir, "data"))
 	}
 	for _, e := range db.etcd {
 		e.kill()

@@ -34,7 +34,7 @@ func (s *Server) handleOperation(kind chargeonce.RecordKind) http.HandlerFunc {
 				return
 			}
 			resp, err := s.engine.Cancel(r.Context(), a.merchantID, a.chargeID, a.key)
-			s.writeAttempt(w, r, resp, err)
+			s.writeOperationAttempt(w, r, "cancel", resp, err)
 			return
 		}
 		var req chargeonce.CaptureBody
@@ -48,6 +48,6 @@ func (s *Server) handleOperation(kind chargeonce.RecordKind) http.HandlerFunc {
 			return
 		}
 		resp, err := s.engine.Capture(r.Context(), a.merchantID, a.chargeID, a.key, &req)
-		s.writeAttempt(w, r, resp, err)
+		s.writeOperationAttempt(w, r, "capture", resp, err)
 	}
 }

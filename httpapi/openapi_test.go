@@ -452,6 +452,9 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 		[]byte(`{"url":"https://a.example.com","description":"x"}`), map[string]string{"Authorization": ""}, false), 401, "create an endpoint without a key")
 	want(c.exchange(base, "GET", "/v1/webhook_endpoints", "/v1/webhook_endpoints", nil, nil, true), 200, "list endpoints")
 	want(c.exchange(base, "GET", "/v1/webhook_endpoints", "/v1/webhook_endpoints", nil, map[string]string{"Authorization": ""}, false), 401, "list endpoints without a key")
+	want(c.exchange(base, "GET", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, nil, nil, true), 200, "read an endpoint")
+	want(c.exchange(base, "GET", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/we_nope", nil, nil, true), 404, "read no endpoint")
+	want(c.exchange(base, "GET", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/"+endpoint.ID, nil, map[string]string{"Authorization": ""}, false), 401, "read an endpoint without a key")
 	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/rotate_secret", "/v1/webhook_endpoints/"+endpoint.ID+"/rotate_secret", nil, nil, true), 200, "rotate a secret")
 	want(c.exchange(base, "POST", "/v1/webhook_endpoints/{id}/rotate_secret", "/v1/webhook_endpoints/we_nope/rotate_secret", nil, nil, true), 404, "rotate no endpoint")
 	settled := post(key("evented"), chargeBody(orderSeq.Add(1), "tok_ok"), nil, true)
@@ -514,6 +517,7 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 		{"POST", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/we_nope"},
 		{"POST", "/v1/webhook_endpoints/{id}/recover", "/v1/webhook_endpoints/we_nope/recover"},
 		{"POST", "/v1/webhook_endpoints/{id}/test", "/v1/webhook_endpoints/we_nope/test"},
+		{"GET", "/v1/webhook_endpoints/{id}", "/v1/webhook_endpoints/we_nope"},
 	} {
 		var body []byte
 		switch rt.route {
@@ -522,7 +526,9 @@ func exerciseEverything(t *testing.T, c *conformance, kind string) {
 				body = []byte(`{"url":"https://a.example.com/"}`)
 			}
 		case "/v1/webhook_endpoints/{id}":
-			body = []byte(`{"disabled":false}`)
+			if rt.method == "POST" {
+				body = []byte(`{"disabled":false}`)
+			}
 		case "/v1/webhook_endpoints/{id}/recover":
 			body = []byte(`{"since":"2026-01-01T00:00:00Z"}`)
 		}

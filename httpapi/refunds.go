@@ -40,7 +40,7 @@ func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.engine.Refund(r.Context(), a.merchantID, a.chargeID, a.key, &req)
-	s.writeAttempt(w, r, resp, err)
+	s.writeOperationAttempt(w, r, "refund", resp, err)
 }
 
 // chargeAttempt is what every money operation on a charge (a refund, a

@@ -51,6 +51,13 @@ type OutcomeObserver interface {
 	Outcome(status int, replayed bool)
 }
 
+// OperationOutcomeObserver, when the OutcomeObserver implements it too,
+// hears each attempt of a refund, a capture or a cancel (kind "refund",
+// "capture", "cancel"), which Outcome does not count as charge attempts.
+type OperationOutcomeObserver interface {
+	OperationOutcome(kind string, status int, replayed bool)
+}
+
 // Config holds a Server's dependencies.
 type Config struct {
 	Engine *engine.Engine
@@ -178,13 +185,31 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 // Retry-After on a 202, or the problem err says.
 func (s *Server) writeAttempt(w http.ResponseWriter, r *http.Request, resp engine.Response, err error) {
 	if s.outcomes != nil {
-		status := resp.Status
-		if err != nil {
-			_, info := problemFor(err)
-			status = info.Status
-		}
-		s.outcomes.Outcome(status, resp.Replayed)
+		s.outcomes.Outcome(attemptStatus(resp, err), resp.Replayed)
 	}
+	s.writeAnswer(w, r, resp, err)
+}
+
+// writeOperationAttempt is writeAttempt for a refund, a capture or a
+// cancel (kind): counted by its kind, never as a charge attempt.
+func (s *Server) writeOperationAttempt(w http.ResponseWriter, r *http.Request, kind string, resp engine.Response, err error) {
+	if o, ok := s.outcomes.(OperationOutcomeObserver); ok {
+		o.OperationOutcome(kind, attemptStatus(resp, err), resp.Replayed)
+	}
+	s.writeAnswer(w, r, resp, err)
+}
+
+// attemptStatus is the HTTP status an attempt is answered.
+func attemptStatus(resp engine.Response, err error) int {
+	if err != nil {
+		_, info := problemFor(err)
+		return info.Status
+	}
+	return resp.Status
+}
+
+// writeAnswer writes an attempt's answer: the response or the problem.
+func (s *Server) writeAnswer(w http.ResponseWriter, r *http.Request, resp engine.Response, err error) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return

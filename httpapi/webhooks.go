@@ -26,6 +26,7 @@ const (
 func (s *Server) routeWebhooks() {
 	s.mux.HandleFunc("POST /v1/webhook_endpoints", s.handleCreateEndpoint)
 	s.mux.HandleFunc("GET /v1/webhook_endpoints", s.handleListEndpoints)
+	s.mux.HandleFunc("GET /v1/webhook_endpoints/{id}", s.handleGetEndpoint)
 	s.mux.HandleFunc("DELETE /v1/webhook_endpoints/{id}", s.handleDeleteEndpoint)
 	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}", s.handleUpdateEndpoint)
 	s.mux.HandleFunc("POST /v1/webhook_endpoints/{id}/recover", s.handleRecoverEndpoint)
@@ -174,6 +175,28 @@ func (s *Server) handleListEndpoints(w http.ResponseWriter, r *http.Request) {
 		data[i] = endpointOut(e, false)
 	}
 	s.writeValue(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/webhook_endpoints"})
+}
+
+// handleGetEndpoint answers one of the merchant's endpoints as the list
+// shows it (no secret); 404 for none or another merchant's. A merchant has
+// at most chargeonce.MaxWebhookEndpoints, so it is found in their list.
+func (s *Server) handleGetEndpoint(w http.ResponseWriter, r *http.Request) {
+	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	if !ok {
+		return
+	}
+	eps, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	for _, e := range eps {
+		if e.ID == id {
+			s.writeValue(w, http.StatusOK, endpointOut(e, false))
+			return
+		}
+	}
+	s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
 }
 
 func (s *Server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {

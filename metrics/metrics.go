@@ -26,6 +26,7 @@ import (
 type Metrics struct {
 	reg          *prometheus.Registry
 	outcomes     *prometheus.CounterVec
+	operations   *prometheus.CounterVec // refunds', captures' and cancels' attempts
 	acquirer     *prometheus.HistogramVec
 	stuckCount   prometheus.Gauge
 	passFailures prometheus.Counter
@@ -55,6 +56,10 @@ func New() *Metrics {
 			Name: "chargeonce_charge_attempts_total",
 			Help: "POST /v1/charges answers to attempts that reached the engine, by HTTP status and whether the answer was a replay.",
 		}, []string{"status", "replayed"}),
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chargeonce_operation_attempts_total",
+			Help: "Answers to attempts of refunds, captures and cancels (POST /v1/charges/{id}/refunds, /capture, /cancel) that reached the engine, by kind, HTTP status and whether the answer was a replay; not counted as charge attempts.",
+		}, []string{"kind", "status", "replayed"}),
 		acquirer: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "chargeonce_acquirer_call_seconds",
 			Help:    "Latency of acquirer capture calls, by result (ok or unknown).",
@@ -96,7 +101,7 @@ func New() *Metrics {
 		Name: "chargeonce_stuck_oldest_age_seconds",
 		Help: "Age of the oldest processing record whose lease has ended. While recovery passes fail it keeps growing from its last measured value.",
 	}, m.stuckOldestAge)
-	m.reg.MustRegister(m.outcomes, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission, m.rateLimited, m.rejected,
+	m.reg.MustRegister(m.outcomes, m.operations, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission, m.rateLimited, m.rejected,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, reason := range []string{engine.RateLimitedRate, engine.RateLimitedShare} {
 		m.rateLimited.WithLabelValues(reason) // exported as 0 from the start
@@ -120,6 +125,11 @@ func (m *Metrics) Outcome(status int, replayed bool) {
 		return
 	}
 	m.outcomes.WithLabelValues(strconv.Itoa(status), strconv.FormatBool(replayed)).Inc()
+}
+
+// OperationOutcome implements httpapi.OperationOutcomeObserver.
+func (m *Metrics) OperationOutcome(kind string, status int, replayed bool) {
+	m.operations.WithLabelValues(kind, strconv.Itoa(status), strconv.FormatBool(replayed)).Inc()
 }
 
 // Rejected implements httpapi.RejectionObserver. A request no route

@@ -7,9 +7,9 @@
 //	chargeonce recon      reconciles a day of charges with the acquirer's ledger
 //	chargeonce charge     charges through the retrying Go client
 //	chargeonce race       the naive designs double-charging, and ours not
-//	chargeonce worker     consumes charge requests from NATS JetStream
-//	chargeonce publish    sends one charge request to the queue, prints its result
-//	chargeonce resolve    settles a stuck charge as an operator decided (admin API)
+//	chargeonce worker     consumes charge, refund, capture and cancel requests from NATS JetStream
+//	chargeonce publish    sends one such request to the queue, prints its result
+//	chargeonce resolve    settles a stuck charge, refund, capture or cancel as an operator decided (admin API)
 //	chargeonce admin-key  makes a new admin key and its --admin-keys-file line
 //	chargeonce version    prints the version (also --version, -v)
 //
@@ -45,9 +45,9 @@ func commands() []command {
 		{"bench", "measure chargeonce against a bare handler and raw SQL on the same statements", runBench},
 		{"charge", "charge once through the API, retrying safely, and print the charge", runCharge},
 		{"race", "run the double-charge experiment: naive designs against insert-first", runRace},
-		{"worker", "consume charge requests from NATS JetStream (with recovery and the outbox publisher)", runWorker},
-		{"publish", "send one charge request to the queue and print its result", runPublish},
-		{"resolve", "settle a stuck charge as an operator decided, through the admin API", runResolve},
+		{"worker", "consume charge, refund, capture and cancel requests from NATS JetStream (with recovery and the outbox publisher)", runWorker},
+		{"publish", "send one charge, refund, capture or cancel request to the queue and print its result", runPublish},
+		{"resolve", "settle a stuck charge, refund, capture or cancel (void) as an operator decided, through the admin API", runResolve},
 		{"admin-key", "make a new admin key and its line for --admin-keys-file (admin-key new --name NAME)", runAdminKey},
 		{"version", "print the version, the commit and the schema version of each store", runVersion},
 	}

@@ -64,6 +64,14 @@ func runResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.Usage()
 		return usageError("resolve needs the id of what is stuck: chargeonce resolve CH_ID --status captured --reason \"…\" (or a refund's re_…, a capture's cp_…, a void's vd_…)")
 	}
+	// Both are the operator's to give: a command line without them is
+	// a usage error (exit 2), found before the admin API is called.
+	if strings.TrimSpace(status) == "" {
+		return usageError("resolve needs --status: what the acquirer says happened (chargeonce resolve -h lists each kind's)")
+	}
+	if strings.TrimSpace(reason) == "" {
+		return usageError("resolve needs --reason \"…\": say why (who at the acquirer confirmed what); it is kept in the audit trail")
+	}
 	body, err := resolveBody(id, status, declineCode, failureReason, reason, force)
 	if err != nil {
 		return err

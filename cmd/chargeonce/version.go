@@ -20,8 +20,9 @@ import (
 //	go build -ldflags "-X main.version=v0.4.0 -X main.commit=$(git rev-parse HEAD)" ./cmd/chargeonce
 //
 // Without them the version is the module version the go command stamped
-// (`go install github.com/chargeonce/chargeonce/cmd/chargeonce@v0.4.0`),
-// else "dev", and the commit the one it stamped, else "unknown".
+// (`go install github.com/chargeonce/chargeonce/cmd/chargeonce@v0.4.0`, or
+// `make install` in a clone: a pseudo-version of the commit), else "dev",
+// and the commit the one it stamped (with its time), else "unknown".
 var version, commit = "dev", ""
 
 // buildInfo is what `chargeonce version` prints.
@@ -31,6 +32,10 @@ type buildInfo struct {
 	// the tree had uncommitted changes; "unknown" when the go command did not
 	// stamp one (go run, go test).
 	Commit string
+	// CommitTime is the commit's time as the go command stamped it
+	// (vcs.time, RFC 3339), empty when it did not or -ldflags named
+	// another commit.
+	CommitTime string
 	// Postgres and SQLite are the schema versions each store migrates to.
 	Postgres, SQLite int
 	Go               string
@@ -49,7 +54,7 @@ func readBuildInfo(ldflagsVersion, ldflagsCommit string, bi *debug.BuildInfo) bu
 	if info.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		info.Version = bi.Main.Version
 	}
-	var revision string
+	var revision, at string
 	var modified bool
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -57,6 +62,8 @@ func readBuildInfo(ldflagsVersion, ldflagsCommit string, bi *debug.BuildInfo) bu
 			revision = s.Value
 		case "vcs.modified":
 			modified = s.Value == "true"
+		case "vcs.time":
+			at = s.Value
 		}
 	}
 	if revision != "" && ldflagsCommit == "" {
@@ -64,6 +71,9 @@ func readBuildInfo(ldflagsVersion, ldflagsCommit string, bi *debug.BuildInfo) bu
 		if modified {
 			info.Commit += "-dirty"
 		}
+	}
+	if revision != "" && (ldflagsCommit == "" || ldflagsCommit == revision) {
+		info.CommitTime = at
 	}
 	if bi.GoVersion != "" {
 		info.Go = bi.GoVersion
@@ -85,7 +95,11 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if info.SQLite, err = sqlite.SchemaVersion(); err != nil {
 		return fmt.Errorf("reading the sqlite store's migrations: %w", err)
 	}
+	commit := info.Commit
+	if info.CommitTime != "" {
+		commit += " (" + info.CommitTime + ")"
+	}
 	fmt.Fprintf(stdout, "version %s\ncommit  %s\nschema  postgres %d, sqlite %d\ngo      %s\n",
-		info.Version, info.Commit, info.Postgres, info.SQLite, info.Go)
+		info.Version, commit, info.Postgres, info.SQLite, info.Go)
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 func TestReadBuildInfo(t *testing.T) {
 	t.Parallel()
 	vcs := func(rev, modified string) []debug.BuildSetting {
-		return []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: modified}}
+		return []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: modified}, {Key: "vcs.time", Value: "2026-12-07T23:37:09Z"}}
 	}
 	for _, tc := range []struct {
 		name        string
@@ -31,6 +31,15 @@ func TestReadBuildInfo(t *testing.T) {
 		got := readBuildInfo(tc.ldflags, tc.ldCommit, tc.bi)
 		if got.Version != tc.wantVersion || got.Commit != tc.wantCommit {
 			t.Errorf("%s: version %q, commit %q; want %q, %q", tc.name, got.Version, got.Commit, tc.wantVersion, tc.wantCommit)
+		}
+		// The commit's time comes with the stamped commit, never with
+		// another one -ldflags named.
+		wantTime := ""
+		if tc.bi != nil && len(tc.bi.Settings) > 0 && strings.TrimSuffix(tc.wantCommit, "-dirty") == "abc123" {
+			wantTime = "2026-12-07T23:37:09Z"
+		}
+		if got.CommitTime != wantTime {
+			t.Errorf("%s: commit time %q; want %q", tc.name, got.CommitTime, wantTime)
 		}
 	}
 }

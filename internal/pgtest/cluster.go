@@ -200,12 +200,18 @@ func (c *throwaway) halt() error {
 }
 
 // command prepares a PostgreSQL program to run in dir as own; ctx ending
-// kills it.
+// kills it. dir is one own can enter (the cluster's, handed to it): never
+// the test's working directory, which in a clone under a private directory
+// (mode 700) the postgres user may not enter; a command as another user
+// without one fails to start.
 func command(ctx context.Context, own *owner, dir, path string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	cmd.SysProcAttr = sysProcAttr(own)
+	if own != nil && dir == "" {
+		cmd.Err = fmt.Errorf("%s would run as %s in the test's working directory, which that user may not enter: give it a directory of its own", filepath.Base(path), own.name)
+	}
 	return cmd
 }
 
