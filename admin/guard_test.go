@@ -275,3 +275,22 @@ func TestForwardedForWithAPort(t *testing.T) {
 		t.Error("the log names the proxy as the client")
 	}
 }
+
+// TestSignInFormBounded: a sign-in form larger than SignInFormBytes is
+// answered 400 and its connection closed, without its key being read.
+func TestSignInFormBounded(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	big := loginReq(bobKey + strings.Repeat("x", admin.SignInFormBytes))
+	if w := from(srv, "192.0.2.30", big); w.Code != http.StatusBadRequest || w.Header().Get("Connection") != "close" {
+		t.Errorf("a %d-byte sign-in form: %d, Connection %q; want 400 and close", big.ContentLength, w.Code, w.Header().Get("Connection"))
+	}
+	big = loginReq(bobKey + "&pad=" + strings.Repeat("x", admin.SignInFormBytes))
+	big.ContentLength = -1 // sent chunked: the bound holds as it is read
+	if w := from(srv, "192.0.2.30", big); w.Code != http.StatusBadRequest {
+		t.Errorf("a chunked sign-in form past %d bytes: %d; want 400", admin.SignInFormBytes, w.Code)
+	}
+	if w := from(srv, "192.0.2.30", loginReq(bobKey)); w.Code != http.StatusSeeOther {
+		t.Errorf("bob's sign-in after them: %d, want 303", w.Code)
+	}
+}
