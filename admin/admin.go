@@ -109,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store: cfg.Store, ops: ops, acquirer: cfg.Acquirer, keys: cfg.Keys, log: cfg.Logger, cfg: cfg,
-		sessions: newSessions(cfg.SessionTTL), guard: newGuard(cfg.SessionTTL),
+		sessions: newSessions(cfg.SessionTTL), guard: newGuard(),
 	}
 	s.routes()
 	return s, nil

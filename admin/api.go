@@ -14,6 +14,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/internal/httpserve"
 	"github.com/chargeonce/chargeonce/wire"
 )
 
@@ -45,16 +46,21 @@ func (s *Server) api(h apiHandler) http.Handler {
 		addr := s.clientAddr(r)
 		var admin string
 		var err error
-		if allowed, wait := s.guard.allow(addr); !allowed {
-			err = tooManyFailures(wait)
-		} else if a, ok := s.bearer(r); !ok {
-			if r.Header.Get("Authorization") != "" {
-				s.guard.failed(addr)
-			}
+		// The key first, always: a right one is accepted whatever wrong
+		// ones others sent; only a wrong one is counted, and past the
+		// budgets answered 429.
+		if a, ok := s.bearer(r); !ok {
 			err = chargeonce.Errorf(chargeonce.EUNAUTHORIZED, "send an admin key as Authorization: Bearer <admin-key>; merchants' API keys do not work here")
+			if s.keys.loopbackHosts && !httpserve.LoopbackHost(r.Host) {
+				err = chargeonce.Errorf(chargeonce.EUNAUTHORIZED, "the demo admin key answers only requests to localhost, 127.0.0.1 or [::1]")
+			}
+			if r.Header.Get("Authorization") != "" {
+				if throttled, wait := s.guard.failed(addr); throttled {
+					err = tooManyFailures(wait)
+				}
+			}
 		} else {
 			admin = a
-			s.guard.succeeded(addr)
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 			err = h(w, r, admin)
 		}
@@ -93,13 +99,13 @@ func (s *Server) bearer(r *http.Request) (string, bool) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return "", false
 	}
-	return s.keys.lookup(strings.TrimSpace(token))
+	return s.keys.lookup(strings.TrimSpace(token), r.Host)
 }
 
-// tooManyFailures is the answer to an address (or everyone) past the
-// limit of wrong admin keys.
+// tooManyFailures is the answer to a wrong key from an address (or from
+// everyone) past its budget of wrong admin keys.
 func tooManyFailures(wait time.Duration) error {
-	e := chargeonce.Errorf(chargeonce.ERATELIMITED, "too many wrong admin keys from this address (or from everywhere): the key was not checked; retry later")
+	e := chargeonce.Errorf(chargeonce.ERATELIMITED, "not an admin key, and too many wrong admin keys from this address (or from everywhere): retry later")
 	e.RetryAfter = max(wait, time.Second)
 	return e
 }

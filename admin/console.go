@@ -3,6 +3,7 @@ package admin
 import (
 	"bytes"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/idempotency"
+	"github.com/chargeonce/chargeonce/internal/httpserve"
 )
 
 //go:embed templates/*.html
@@ -217,36 +219,48 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 
 // login exchanges an admin key (posted, never in a URL) for a session
 // cookie. The key is not kept, logged or shown back.
+//
+// The key is always checked, and a right one always accepted: wrong keys,
+// and only they, are counted, and past the budgets answered 429. A form
+// is read within SignInFormBytes and SignInReadTimeout, at most
+// SignInsPerAddress at once from one address: forms trickled in from
+// many addresses hold their own addresses' slots, never an operator's.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	securityHeaders(w)
 	addr := s.clientAddr(r)
-	// Refusals come before the body is read: a client past the limits
-	// holds no connection while it trickles a form in.
-	if allowed, wait := s.guard.allow(addr); !allowed {
-		s.refuseSignIn(w, r, start, wait)
-		return
-	}
 	release, ok := s.guard.signIn(addr)
 	if !ok {
-		s.refuseSignIn(w, r, start, time.Second)
+		s.refuseSignIn(w, r, start, time.Second, "Too many sign-in forms from your address at once: the key was not read.")
 		return
 	}
 	defer release()
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	if !s.sameOrigin(r) {
 		s.logCall(r, "", http.StatusForbidden, start, nil)
 		http.Error(w, "cross-site sign-in refused", http.StatusForbidden)
 		return
 	}
-	admin, ok := s.keys.lookup(strings.TrimSpace(r.PostFormValue("key")))
-	if !ok {
-		s.guard.failed(addr)
-		s.logCall(r, "", http.StatusUnauthorized, start, nil)
-		s.render(w, r, http.StatusUnauthorized, "login", view{Title: "Sign in", Error: "That is not an admin key. Merchants' API keys do not work here."})
+	key, err := readSignInForm(w, r)
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		s.logCall(r, "", http.StatusBadRequest, start, nil)
+		s.render(w, r, http.StatusBadRequest, "login", view{Title: "Sign in", Error: "The sign-in form did not arrive whole: try again."})
 		return
 	}
-	s.guard.succeeded(addr)
+	admin, ok := s.keys.lookup(key, r.Host)
+	if !ok {
+		if throttled, wait := s.guard.failed(addr); throttled {
+			s.refuseSignIn(w, r, start, wait, "That is not an admin key, and there have been too many wrong ones from your address (or from everywhere).")
+			return
+		}
+		msg := "That is not an admin key. Merchants' API keys do not work here."
+		if s.keys.loopbackHosts && !httpserve.LoopbackHost(r.Host) {
+			msg = "The demo admin key signs in only at localhost, 127.0.0.1 or [::1]."
+		}
+		s.logCall(r, "", http.StatusUnauthorized, start, nil)
+		s.render(w, r, http.StatusUnauthorized, "login", view{Title: "Sign in", Error: msg})
+		return
+	}
 	id, _ := s.sessions.create(admin)
 	// Secure whenever the operator's browser speaks HTTPS (a TLS listener,
 	// or a trusted proxy that terminates TLS); a loopback console over
@@ -259,13 +273,27 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/admin/", http.StatusSeeOther)
 }
 
-// refuseSignIn answers a sign-in past the limits 429, unread.
-func (s *Server) refuseSignIn(w http.ResponseWriter, r *http.Request, start time.Time, wait time.Duration) {
+// readSignInForm reads a sign-in form's key: at most SignInFormBytes,
+// within SignInReadTimeout of its headers.
+func readSignInForm(w http.ResponseWriter, r *http.Request) (string, error) {
+	if r.ContentLength > SignInFormBytes {
+		return "", errors.New("sign-in form too large")
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(SignInReadTimeout))
+	r.Body = http.MaxBytesReader(w, r.Body, SignInFormBytes)
+	if err := r.ParseForm(); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(r.PostForm.Get("key")), nil
+}
+
+// refuseSignIn answers a sign-in 429 with why, and when to come back.
+func (s *Server) refuseSignIn(w http.ResponseWriter, r *http.Request, start time.Time, wait time.Duration, why string) {
 	secs := int(max(wait, time.Second).Round(time.Second).Seconds())
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	s.logCall(r, "", http.StatusTooManyRequests, start, nil)
 	s.render(w, r, http.StatusTooManyRequests, "login", view{Title: "Sign in",
-		Error: fmt.Sprintf("Too many sign-in attempts from your address: the key was not checked. Try again in %d s.", secs)})
+		Error: fmt.Sprintf("%s Try again in %d s.", why, secs)})
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request, _ *session) error {

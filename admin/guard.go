@@ -9,26 +9,35 @@ import (
 	"time"
 )
 
-// Limits on guessing admin keys (issue: 300 wrong keys a second were all
-// answered 401, and a short key fell in under a second). Keys of 128 bits
-// cannot be guessed at any rate; these limits keep the log readable and
-// the guessing slow when a weak key slipped through.
+// Limits on wrong admin keys (issue 34: 300 wrong keys a second were all
+// answered 401). Every key presented is checked first, and a right one is
+// always accepted (issue 48: a budget checked before the key let wrong
+// keys from 20 addresses lock the operators out, after a restart too):
+// only failures are counted, and past a budget they are answered 429
+// rather than 401. Keys of 128 bits (serve refuses weaker ones) cannot be
+// guessed at any rate; the budgets keep the log and the answers telling.
 const (
 	// FailuresPerAddress is how many wrong keys one client address may
 	// present in a burst, and FailureRefill how often it earns one more.
 	FailuresPerAddress = 10
 	FailureRefill      = 6 * time.Second
 	// FailuresOverall and OverallRefill bound wrong keys from every address
-	// together (a guesser with many addresses). Past them a wrong key is
-	// answered 429 too, but addresses that signed in lately and sessions
-	// are never refused, so a guesser cannot lock the operators out.
+	// together (a guesser with many addresses). Past them every wrong key
+	// is answered 429 too; a right key never is.
 	FailuresOverall = 60
 	OverallRefill   = time.Second
-	// SignInsPerAddress and SignInsOverall bound the sign-in forms whose
-	// body is being read at once: a client trickling bodies holds no more
-	// connections than that.
+	// SignInsPerAddress bounds the sign-in forms of one client address
+	// being read at once: one address trickling forms holds no more
+	// connections than that. There is no bound over all addresses: slow
+	// forms from many addresses would fill it before any key is read, and
+	// refuse an operator at an address of their own (the connection cap
+	// and its reserve bound the connections).
 	SignInsPerAddress = 4
-	SignInsOverall    = 32
+	// SignInFormBytes bounds a sign-in form (a key is some 50 bytes), and
+	// SignInReadTimeout is how long it may take to arrive once its headers
+	// have: a browser sends it in one go.
+	SignInFormBytes   = 4 << 10
+	SignInReadTimeout = 2 * time.Second
 	// maxTracked bounds the addresses remembered.
 	maxTracked = 10000
 )
@@ -49,48 +58,35 @@ func (b *bucket) level(now time.Time, burst int, every time.Duration) float64 {
 	return b.tokens
 }
 
-// wait is how long until b holds a whole token.
-func (b *bucket) wait(every time.Duration) time.Duration {
-	return time.Duration((1 - b.tokens) * float64(every))
-}
-
-// guard limits failed authentications per client address and overall, and
-// the sign-in bodies read at once.
-type guard struct {
-	mu       sync.Mutex
-	byAddr   map[string]*bucket
-	overall  bucket
-	good     map[string]time.Time // address -> until when it counts as an operator's
-	goodFor  time.Duration
-	signIns  map[string]int
-	inFlight int
-}
-
-func newGuard(goodFor time.Duration) *guard {
-	return &guard{byAddr: map[string]*bucket{}, good: map[string]time.Time{}, signIns: map[string]int{}, goodFor: goodFor}
-}
-
-// allow reports whether a key from addr may be checked now, and if not,
-// when to come back.
-func (g *guard) allow(addr string) (bool, time.Duration) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := time.Now()
-	b := g.byAddr[addr]
-	if b != nil && b.level(now, FailuresPerAddress, FailureRefill) < 1 {
-		return false, b.wait(FailureRefill)
+// take takes a token from b if it holds one, and otherwise reports how
+// long until it does.
+func (b *bucket) take(now time.Time, burst int, every time.Duration) (bool, time.Duration) {
+	if b.level(now, burst, every) < 1 {
+		return false, time.Duration((1 - b.tokens) * float64(every))
 	}
-	if until, ok := g.good[addr]; ok && now.Before(until) {
-		return true, 0
-	}
-	if g.overall.level(now, FailuresOverall, OverallRefill) < 1 {
-		return false, g.overall.wait(OverallRefill)
-	}
+	b.tokens--
 	return true, 0
 }
 
-// failed counts a wrong key from addr.
-func (g *guard) failed(addr string) {
+// guard counts failed authentications per client address and overall,
+// and the sign-in forms being read.
+type guard struct {
+	mu      sync.Mutex
+	byAddr  map[string]*bucket
+	overall bucket
+	signIns map[string]int
+}
+
+func newGuard() *guard {
+	return &guard{byAddr: map[string]*bucket{}, signIns: map[string]int{}}
+}
+
+// failed counts a wrong key from addr. It reports whether addr, or every
+// address together, was past its budget: the answer is then 429, with
+// Retry-After wait. A failure past a budget takes nothing more from it, so
+// the budget is whole again one refill after the flood ends, and a failure
+// past its address's budget takes nothing from everyone's.
+func (g *guard) failed(addr string) (throttled bool, wait time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -102,28 +98,11 @@ func (g *guard) failed(addr string) {
 		b = &bucket{}
 		g.byAddr[addr] = b
 	}
-	b.level(now, FailuresPerAddress, FailureRefill)
-	b.tokens--
-	g.overall.level(now, FailuresOverall, OverallRefill)
-	g.overall.tokens--
-}
-
-// succeeded marks addr as an operator's for a while: the overall limit
-// does not apply to it.
-func (g *guard) succeeded(addr string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := time.Now()
-	if len(g.good) >= maxTracked {
-		for a, until := range g.good {
-			if now.After(until) {
-				delete(g.good, a)
-			}
-		}
+	if ok, wait := b.take(now, FailuresPerAddress, FailureRefill); !ok {
+		return true, wait // one address cannot empty everyone's budget
 	}
-	if len(g.good) < maxTracked {
-		g.good[addr] = now.Add(g.goodFor)
-	}
+	ok, wait := g.overall.take(now, FailuresOverall, OverallRefill)
+	return !ok, wait
 }
 
 // prune forgets addresses whose bucket is full again, or, when none is,
@@ -142,20 +121,18 @@ func (g *guard) prune(now time.Time) {
 	}
 }
 
-// signIn takes a slot to read a sign-in form from addr; the release
+// signIn takes one of addr's slots to read a sign-in form; the release
 // function gives it back.
 func (g *guard) signIn(addr string) (release func(), ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.signIns[addr] >= SignInsPerAddress || g.inFlight >= SignInsOverall {
+	if g.signIns[addr] >= SignInsPerAddress {
 		return nil, false
 	}
 	g.signIns[addr]++
-	g.inFlight++
 	return func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		g.inFlight--
 		if g.signIns[addr]--; g.signIns[addr] <= 0 {
 			delete(g.signIns, addr)
 		}
@@ -171,11 +148,11 @@ func (s *Server) clientAddr(r *http.Request) string {
 	if ip.IsValid() && s.trusted(ip) {
 		fwd := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 		for i := len(fwd) - 1; i >= 0; i-- {
-			a, err := netip.ParseAddr(strings.TrimSpace(fwd[i]))
-			if err != nil {
+			a, ok := forwardedAddr(fwd[i])
+			if !ok {
 				break
 			}
-			ip = a.Unmap()
+			ip = a
 			if !s.trusted(ip) {
 				break
 			}
@@ -189,6 +166,27 @@ func (s *Server) clientAddr(r *http.Request) string {
 		return p.String()
 	}
 	return ip.String()
+}
+
+// forwardedAddr parses one X-Forwarded-For entry: an address, or, as
+// some proxies write it, an address and a port (192.0.2.1:4711,
+// [2001:db8::1]:443), or a bracketed IPv6 address. (An entry with a port
+// used to be unreadable, and every client behind the proxy counted as
+// the proxy: one bucket of wrong keys for all of them.)
+func forwardedAddr(entry string) (netip.Addr, bool) {
+	entry = strings.TrimSpace(entry)
+	if a, err := netip.ParseAddr(entry); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(entry); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if inner, ok := strings.CutPrefix(entry, "["); ok {
+		if a, err := netip.ParseAddr(strings.TrimSuffix(inner, "]")); err == nil && strings.HasSuffix(inner, "]") {
+			return a.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 func peerIP(r *http.Request) netip.Addr {

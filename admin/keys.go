@@ -3,25 +3,43 @@ package admin
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"math"
 	"strings"
 	"sync"
+
+	"github.com/chargeonce/chargeonce/internal/httpserve"
 )
 
 // DemoKeys is the admin key serve runs with when --admin-addr is a loopback
 // address and no --admin-keys-file is given: admin "operator", key
-// ak_test_demo. cmd refuses it on any other address.
+// ak_test_demo (LoopbackDemoKeys). cmd refuses it on any other address.
 const DemoKeys = "operator:ak_test_demo"
 
 // Keys maps admin keys to admins' names. Only SHA-256 digests are held,
-// and a presented key is compared with every digest in constant time, as
-// merchants' API keys are (httpapi.Keys).
+// and a presented key is found by its digest (see lookup).
 type Keys struct {
-	entries []keyEntry
+	entries  []keyEntry
+	byDigest map[[sha256.Size]byte]int
+	// loopbackHosts: the keys are public (the demo's) and answer only
+	// requests whose Host is a loopback name (httpserve.LoopbackHost).
+	loopbackHosts bool
+}
+
+// LoopbackDemoKeys returns DemoKeys for a loopback --admin-addr. The key
+// is public, so it answers only requests whose Host is localhost,
+// 127.0.0.1 or [::1] (any port): a page on a DNS name rebound to
+// 127.0.0.1 sends its own name, and the browser would let it read the
+// answers.
+func LoopbackDemoKeys() *Keys {
+	k, err := ParseKeys(DemoKeys)
+	if err != nil {
+		panic(err) // DemoKeys parses
+	}
+	k.loopbackHosts = true
+	return k
 }
 
 type keyEntry struct {
@@ -40,7 +58,7 @@ const MinKeyBits = 128
 // "name:secret") per line; blank lines and # comments are ignored. Errors
 // never repeat a secret.
 func ParseKeys(spec string) (*Keys, error) {
-	k := &Keys{}
+	k := &Keys{byDigest: map[[sha256.Size]byte]int{}}
 	seen := map[[sha256.Size]byte]string{}
 	for n, line := range strings.Split(spec, "\n") {
 		line = strings.TrimSpace(line)
@@ -74,6 +92,7 @@ func ParseKeys(spec string) (*Keys, error) {
 			return nil, fmt.Errorf("line %d: admins %q and %q share a key", n+1, other, name)
 		}
 		seen[d] = name
+		k.byDigest[d] = len(k.entries)
 		k.entries = append(k.entries, keyEntry{digest: d, name: name, bits: bits})
 	}
 	if len(k.entries) == 0 {
@@ -192,18 +211,21 @@ func (k *Keys) Digests() [][sha256.Size]byte {
 	return out
 }
 
-// lookup returns the admin whose key is secret, comparing with every
-// digest in constant time.
-func (k *Keys) lookup(secret string) (string, bool) {
-	d := sha256.Sum256([]byte(secret))
-	found := -1
-	for i := range k.entries {
-		if subtle.ConstantTimeCompare(d[:], k.entries[i].digest[:]) == 1 {
-			found = i // no break: every entry costs the same
-		}
-	}
-	if found < 0 {
+// lookup returns the admin whose key is secret, for a request to host.
+//
+// The key is found by its SHA-256 digest in a map: one digest and one
+// lookup whatever the number of admins, so that checking every key
+// presented, wrong ones by the thousand included, costs little (0.2 µs;
+// a key as long as a header may be, 8 KiB, 10-15 µs: httpapi's
+// BenchmarkKeyLookup). The map's comparisons
+// may stop at the first byte that differs, but what they could tell is how
+// a digest of the guesser's choosing compares with an admin key's digest,
+// which does not give back the key; and the map's hash is seeded per
+// process.
+func (k *Keys) lookup(secret, host string) (string, bool) {
+	i, ok := k.byDigest[sha256.Sum256([]byte(secret))]
+	if !ok || k.loopbackHosts && !httpserve.LoopbackHost(host) {
 		return "", false
 	}
-	return k.entries[found].name, true
+	return k.entries[i].name, true
 }

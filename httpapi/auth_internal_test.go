@@ -3,6 +3,7 @@ package httpapi
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -31,12 +32,12 @@ func TestParseKeysFileSyntaxAndDigests(t *testing.T) {
 		"sk_b":           "b",
 		"sk_upper":       "upper",
 	} {
-		if m, ok := k.lookup(secret); !ok || m.ID != want {
+		if m, ok := k.lookup(secret, "localhost"); !ok || m.ID != want {
 			t.Errorf("lookup(%s) = %q, %v; want %q", secret, m.ID, ok, want)
 		}
 	}
 	for _, wrong := range []string{"", "sk_live", "sk_live_plain ", "sha256:" + hex.EncodeToString(digest[:]), hex.EncodeToString(digest[:]), "# production keys"} {
-		if m, ok := k.lookup(wrong); ok {
+		if m, ok := k.lookup(wrong, "localhost"); ok {
 			t.Errorf("lookup(%q) found merchant %q", wrong, m.ID)
 		}
 	}
@@ -86,7 +87,7 @@ func TestParseKeysRates(t *testing.T) {
 			t.Errorf("rate of %s = %v, want %v", merchant, got, want)
 		}
 	}
-	if m, ok := k.lookup("sk_rate"); !ok || m.ID != "rate" {
+	if m, ok := k.lookup("sk_rate", "localhost"); !ok || m.ID != "rate" {
 		t.Errorf("the merchant named rate lost its key: %q %v", m.ID, ok)
 	}
 	for _, spec := range []string{
@@ -106,5 +107,48 @@ func TestParseKeysRates(t *testing.T) {
 	}
 	if k, err := ParseKeys("acme:sk_acme"); err != nil || k.Rates() != nil {
 		t.Errorf("keys without rate entries: rates %v, %v; want none", k.Rates(), err)
+	}
+}
+
+// TestDemoKeysAnswerOnlyLoopbackHosts: LoopbackDemoKeys' key answers a
+// loopback Host only (issue 48's item 5: DNS rebinding); keys parsed from
+// configuration answer any.
+func TestDemoKeysAnswerOnlyLoopbackHosts(t *testing.T) {
+	t.Parallel()
+	demo := LoopbackDemoKeys()
+	for host, want := range map[string]bool{"localhost:8080": true, "127.0.0.1": true, "[::1]:8080": true, "rebind.attacker.example:8080": false, "": false} {
+		if _, ok := demo.lookup("sk_test_demo", host); ok != want {
+			t.Errorf("the demo key with Host %q: %v, want %v", host, ok, want)
+		}
+	}
+	configured, err := ParseKeys(DemoAPIKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := configured.lookup("sk_test_demo", "shop.example"); !ok {
+		t.Error("a configured key was refused for its Host")
+	}
+}
+
+// BenchmarkKeyLookup: the cost of checking a key, right or wrong, with
+// few and with many merchants, and of a wrong key as long as a header may
+// be (httpserve.MaxHeaderBytes).
+func BenchmarkKeyLookup(b *testing.B) {
+	for _, n := range []int{1, 100, 10000} {
+		var spec strings.Builder
+		for i := range n {
+			fmt.Fprintf(&spec, "m%d:sk_live_%032d\n", i, i)
+		}
+		k, err := ParseKeys(spec.String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for name, key := range map[string]string{"right": fmt.Sprintf("sk_live_%032d", n-1), "wrong": "sk_live_wrong_0123456789abcdef01", "wrong-8KiB": strings.Repeat("x", 8<<10)} {
+			b.Run(fmt.Sprintf("merchants=%d/%s", n, name), func(b *testing.B) {
+				for b.Loop() {
+					k.lookup(key, "localhost")
+				}
+			})
+		}
 	}
 }

@@ -129,7 +129,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Reads share the database fairly: each merchant gets its share
 		// of reads in flight (SPEC "Tenants share the service fairly"). A
 		// request without a valid key goes on to its handler's 401.
-		if m, ok := s.keys.lookup(bearerToken(r)); ok {
+		if m, ok := s.keys.lookup(bearerToken(r), r.Host); ok {
 			release, err := s.reads.take(r, m.ID)
 			if err != nil {
 				noteMerchant(r, m.ID)

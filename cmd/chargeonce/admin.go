@@ -38,11 +38,8 @@ func (c *serveConfig) adminKeys(merchants *httpapi.Keys, log *slog.Logger) (*adm
 		if !isLoopback(c.adminAddr) {
 			return nil, fmt.Errorf("--admin-keys-file is required when --admin-addr (%s) is not a loopback address: the demo admin key is public", c.adminAddr)
 		}
-		log.Warn("no --admin-keys-file: the admin console runs with the demo admin \"operator\" and key ak_test_demo (loopback only)")
-		var err error
-		if keys, err = admin.ParseKeys(admin.DemoKeys); err != nil {
-			return nil, err
-		}
+		log.Warn("no --admin-keys-file: the admin console runs with the demo admin \"operator\" and key ak_test_demo (loopback only: it answers requests to localhost, 127.0.0.1 and [::1])")
+		keys = admin.LoopbackDemoKeys()
 	}
 	for _, d := range keys.Digests() {
 		if merchants.HasDigest(d) {
@@ -70,6 +67,23 @@ func (c *serveConfig) adminTLS() (*tls.Config, error) {
 		return nil, fmt.Errorf("--admin-tls-cert/--admin-tls-key: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// adminPlainHTTP refuses a non-loopback --admin-addr without TLS, where
+// admin keys and session cookies would cross the network in clear, unless
+// --admin-allow-plain-http says something else protects them (a proxy
+// that terminates TLS, a network of one's own); then it warns.
+func (c *serveConfig) adminPlainHTTP(hasTLS bool, log *slog.Logger) error {
+	if hasTLS || isLoopback(c.adminAddr) {
+		return nil
+	}
+	if !c.adminAllowPlainHTTP {
+		return fmt.Errorf("--admin-addr %s is not a loopback address: serve it over HTTPS with --admin-tls-cert and --admin-tls-key, "+
+			"or, behind a proxy that terminates TLS (--admin-trusted-proxies) or on a network you trust, give --admin-allow-plain-http", c.adminAddr)
+	}
+	log.Warn("--admin-allow-plain-http: the admin listener speaks plain HTTP on a non-loopback address; admin keys and session cookies cross the network in clear unless a proxy terminates TLS in front of it",
+		"admin_addr", c.adminAddr)
+	return nil
 }
 
 // trustedProxies parses --admin-trusted-proxies: addresses (a /32 or /128)
@@ -104,6 +118,9 @@ func (c *serveConfig) serveAdmin(ctx context.Context, rt *runtime, merchants *ht
 	}
 	tlsConfig, err := c.adminTLS()
 	if err != nil {
+		return nil, err
+	}
+	if err := c.adminPlainHTTP(tlsConfig != nil, log); err != nil {
 		return nil, err
 	}
 	proxies, err := c.trustedProxies()

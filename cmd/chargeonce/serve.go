@@ -28,6 +28,7 @@ type serveConfig struct {
 	adminAddr, adminKeysFile                string
 	adminTLSCert, adminTLSKey               string
 	adminTrustedProxies                     string
+	adminAllowPlainHTTP                     bool
 	maxConns                                int
 }
 
@@ -43,6 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.adminKeysFile, "admin-keys-file", "", "a file of admin keys, name:sha256:<hex> per line; required when --admin-addr is not a loopback address (default on loopback: admin operator, key ak_test_demo)")
 	fs.StringVar(&c.adminTLSCert, "admin-tls-cert", "", "serve --admin-addr over HTTPS with this certificate file (PEM; with --admin-tls-key)")
 	fs.StringVar(&c.adminTLSKey, "admin-tls-key", "", "the private key file (PEM) of --admin-tls-cert")
+	fs.BoolVar(&c.adminAllowPlainHTTP, "admin-allow-plain-http", false, "serve a non-loopback --admin-addr over plain HTTP, without --admin-tls-cert: only behind a proxy that terminates TLS, or on a network you trust (admin keys and session cookies cross it in clear)")
 	fs.StringVar(&c.adminTrustedProxies, "admin-trusted-proxies", "", "addresses or networks (comma-separated, e.g. 10.0.0.5,192.168.0.0/24) of proxies in front of --admin-addr: their X-Forwarded-For names the client and X-Forwarded-Proto: https marks the console as served over HTTPS")
 	c.register(fs)
 	withTracingHelp(fs, stderr)
@@ -189,21 +191,30 @@ func (c *serveConfig) keys(log *slog.Logger) (*httpapi.Keys, error) {
 	if !isLoopback(c.addr) {
 		return nil, fmt.Errorf("--api-keys or --api-keys-file is required when --addr (%s) is not a loopback address: the demo key is public", c.addr)
 	}
-	log.Warn("no --api-keys configured: running with the demo merchant \"demo\" and key sk_test_demo (loopback only)")
-	return httpapi.ParseKeys(httpapi.DemoAPIKeys)
+	log.Warn("no --api-keys configured: running with the demo merchant \"demo\" and key sk_test_demo (loopback only: it answers requests to localhost, 127.0.0.1 and [::1])")
+	return httpapi.LoopbackDemoKeys(), nil
 }
 
 // withSimulator mounts the in-process simulator's API under /acquirer, so
 // operators and tests can read its captures and stats, but only when serve
 // listens on loopback: that API has no authentication and lists every
 // merchant's captures. (serve refuses the simulator off loopback anyway;
-// this keeps the mount safe on its own.)
+// this keeps the mount safe on its own.) It answers only requests to a
+// loopback Host, as the demo keys do: a page on a DNS name rebound to
+// 127.0.0.1 reaches a loopback listener too.
 func withSimulator(api http.Handler, sim *acquirer.Simulator, addr string) http.Handler {
 	if sim == nil || !isLoopback(addr) {
 		return api
 	}
+	sims := http.StripPrefix("/acquirer", acquirer.Handler(sim))
 	mux := http.NewServeMux()
-	mux.Handle("/acquirer/", http.StripPrefix("/acquirer", acquirer.Handler(sim)))
+	mux.Handle("/acquirer/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !httpserve.LoopbackHost(r.Host) {
+			http.Error(w, "the simulator answers only requests to localhost, 127.0.0.1 or [::1]", http.StatusForbidden)
+			return
+		}
+		sims.ServeHTTP(w, r)
+	}))
 	mux.Handle("/", api)
 	return mux
 }

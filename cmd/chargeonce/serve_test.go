@@ -176,7 +176,7 @@ func TestSimulatorMountedOnlyOnLoopback(t *testing.T) {
 	} {
 		h := withSimulator(api, sim, addr)
 		rec := &recorder{header: http.Header{}}
-		req, _ := http.NewRequest("GET", "/acquirer/v1/stats", nil)
+		req, _ := http.NewRequest("GET", "http://localhost:8080/acquirer/v1/stats", nil)
 		h.ServeHTTP(rec, req)
 		if got := rec.status == 200; got != mounted {
 			t.Errorf("--addr %s: /acquirer/v1/stats answered %d; mounted=%v, want %v", addr, rec.status, got, mounted)

@@ -24,6 +24,8 @@ type slowBodies struct {
 	closed  atomic.Int64
 	answers sync.Map // status line -> *atomic.Int64
 	wg      sync.WaitGroup
+	// local, when set, is the loopback address the connections come from.
+	local string
 }
 
 func (sb *slowBodies) count(status string) int64 {
@@ -50,7 +52,12 @@ func (sb *slowBodies) summary() string {
 const reconnectPause = time.Second
 
 func startSlowBodies(addr, head string, n int, stop <-chan struct{}) *slowBodies {
-	sb := &slowBodies{}
+	return startSlowBodiesFrom("", addr, head, n, stop)
+}
+
+// startSlowBodiesFrom is startSlowBodies from the loopback address local.
+func startSlowBodiesFrom(local, addr, head string, n int, stop <-chan struct{}) *slowBodies {
+	sb := &slowBodies{local: local}
 	for range n {
 		sb.wg.Go(func() {
 			for {
@@ -68,7 +75,11 @@ func startSlowBodies(addr, head string, n int, stop <-chan struct{}) *slowBodies
 
 // one holds a connection until the server answers or closes it, or stop.
 func (sb *slowBodies) one(addr, head string, stop <-chan struct{}) {
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	d := net.Dialer{Timeout: 2 * time.Second}
+	if sb.local != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(sb.local)}
+	}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		time.Sleep(reconnectPause)
 		return
@@ -224,5 +235,43 @@ func TestSlowSignInsNeverLockOperatorsOut(t *testing.T) {
 	}
 	if d := time.Duration(attack.longest.Load()); d > httpserve.BodyReadTimeout+3*time.Second {
 		t.Errorf("a slow sign-in held its connection %s", d)
+	}
+}
+
+// TestSlowSignInFormsFromManyAddresses reproduces issue 48's item 2's slow
+// forms: 20 addresses, each trickling as many sign-in forms as it may at
+// once, took every sign-in slot before any key was read, and an operator
+// at an address of its own was refused 429. Each address is bounded, not
+// the operators: the operator's sign-ins are all accepted (303), and no
+// slow form holds its connection past httpserve.BodyReadTimeout.
+func TestSlowSignInFormsFromManyAddresses(t *testing.T) {
+	t.Parallel()
+	adminAddr := freeAddr(t)
+	startServe(t, "127.0.0.1:0", "--admin-addr", adminAddr)
+	stop := make(chan struct{})
+	var attacks []*slowBodies
+	for i := range 20 {
+		attacks = append(attacks, startSlowBodiesFrom(fmt.Sprintf("127.0.0.%d", 40+i), adminAddr,
+			"POST /admin/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 4000\r\n\r\nkey=", 6, stop))
+	}
+	time.Sleep(2 * time.Second) // every slow form is in
+	operator := clientFrom("127.0.0.201")
+	var signIns statusCounts
+	for range 16 {
+		signIns.add(send(operator, "POST", "http://"+adminAddr+"/admin/login", "", "key=ak_test_demo"))
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	var longest time.Duration
+	for _, a := range attacks {
+		a.wg.Wait()
+		longest = max(longest, time.Duration(a.longest.Load()))
+	}
+	t.Logf("the operator's 16 sign-ins under 20 addresses × 6 slow forms: %s; the slow forms from one address: %s", &signIns, attacks[0].summary())
+	if signIns.get(http.StatusSeeOther) != 16 {
+		t.Errorf("the operator's sign-ins: %s; want 16 accepted (303)", &signIns)
+	}
+	if longest > httpserve.BodyReadTimeout+3*time.Second {
+		t.Errorf("a slow sign-in form held its connection %s", longest)
 	}
 }
