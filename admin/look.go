@@ -19,6 +19,33 @@ type AcquirerView struct {
 	Plain string
 	// Raw is the lookup's own words (the adapter's reason, the error).
 	Raw string
+	// seen and found are the answer as the rule every kind shares reads
+	// it (chargeonce.Judge): what landed, and a found outcome's status.
+	seen  chargeonce.Seen
+	found string
+}
+
+// judged adds to v what the rule reads of the lookup's answer: effect says
+// a found outcome took effect, found is its status.
+func judged(v AcquirerView, lr chargeonce.LookupResult, err error, effect bool, found string) AcquirerView {
+	if err == nil {
+		v.seen, _ = seenOf(lr, effect, false)
+	}
+	v.found = found
+	return v
+}
+
+// needsForce reports whether settling as decided needs force by the rule
+// every kind shares (chargeonce.Judge); effect says the decision is that
+// the request took effect. A "no" on a reference the acquirer never saw
+// does not, here: whether nothing can land any more is known when the
+// resolution claims the record, which fences the reference or answers
+// when to come back.
+func (v AcquirerView) needsForce(effect bool, decision string) bool {
+	if v.seen == chargeonce.SeenNever && !effect {
+		return false
+	}
+	return !chargeonce.Judge(chargeonce.Judgement{Effect: effect, Seen: v.seen, Matches: v.found == decision}).Settle
 }
 
 // Says reports whether the acquirer's answer is kind.
@@ -49,23 +76,17 @@ func (v AcquirerView) Warning(decision chargeonce.Status) string {
 	return ""
 }
 
-// Contradicts reports whether resolving as decision needs force.
+// Contradicts reports whether resolving a charge as decision needs force.
 func (v AcquirerView) Contradicts(decision chargeonce.Status) bool {
-	switch v.Kind {
-	case "unsure", "failed":
-		return true
-	case "captured":
-		return decision != chargeonce.StatusCaptured
-	case "authorized":
-		return decision != chargeonce.StatusAuthorized
-	case "declined":
-		return decision != chargeonce.StatusDeclined
-	}
-	return false
+	return v.needsForce(decision != chargeonce.StatusDeclined, string(decision))
 }
 
 // plainLookup puts a lookup's answer in plain words.
 func plainLookup(lr chargeonce.LookupResult, err error) AcquirerView {
+	return judged(plainLookupWords(lr, err), lr, err, lr.Result.Status != chargeonce.StatusDeclined, string(lr.Result.Status))
+}
+
+func plainLookupWords(lr chargeonce.LookupResult, err error) AcquirerView {
 	raw := describeLookup(lr, err)
 	switch {
 	case err != nil:

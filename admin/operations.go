@@ -175,6 +175,10 @@ func describeOperationLookup(lr chargeonce.LookupResult, err error) string {
 
 // plainOperationLookup puts an operation lookup's answer in plain words.
 func plainOperationLookup(kind chargeonce.RecordKind, lr chargeonce.LookupResult, err error) AcquirerView {
+	return judged(plainOperationLookupWords(kind, lr, err), lr, err, lr.Operation.Status == chargeonce.OperationSucceeded, string(lr.Operation.Status))
+}
+
+func plainOperationLookupWords(kind chargeonce.RecordKind, lr chargeonce.LookupResult, err error) AcquirerView {
 	raw := describeOperationLookup(lr, err)
 	this, done := "capture", "made this capture: the money moved"
 	if kind == chargeonce.KindCancel {
@@ -213,15 +217,7 @@ func (v AcquirerView) OperationWarning(decision chargeonce.OperationStatus) stri
 // OperationContradicts reports whether resolving a capture or cancel as
 // decision needs force.
 func (v AcquirerView) OperationContradicts(decision chargeonce.OperationStatus) bool {
-	switch v.Kind {
-	case "unsure", "failed":
-		return true
-	case "succeeded":
-		return decision != chargeonce.OperationSucceeded
-	case "op-failed":
-		return decision != chargeonce.OperationFailed
-	}
-	return false
+	return v.needsForce(decision == chargeonce.OperationSucceeded, string(decision))
 }
 
 // lookUpOperation asks the acquirer, without claiming anything, what became

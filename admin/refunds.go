@@ -159,6 +159,10 @@ func describeRefundLookup(lr chargeonce.LookupResult, err error) string {
 
 // plainRefundLookup puts a refund lookup's answer in plain words.
 func plainRefundLookup(lr chargeonce.LookupResult, err error) AcquirerView {
+	return judged(plainRefundLookupWords(lr, err), lr, err, lr.Refund.Status == chargeonce.RefundSucceeded, string(lr.Refund.Status))
+}
+
+func plainRefundLookupWords(lr chargeonce.LookupResult, err error) AcquirerView {
 	raw := describeRefundLookup(lr, err)
 	switch {
 	case err != nil:
@@ -194,17 +198,7 @@ func (v AcquirerView) RefundWarning(decision chargeonce.RefundStatus) string {
 // RefundContradicts reports whether resolving a refund as decision needs
 // force.
 func (v AcquirerView) RefundContradicts(decision chargeonce.RefundStatus) bool {
-	switch v.Kind {
-	case "unsure", "failed":
-		return true
-	case "succeeded":
-		return decision != chargeonce.RefundSucceeded
-	case "refund-failed":
-		return decision != chargeonce.RefundFailed
-	case "canceled":
-		return decision != chargeonce.RefundCanceled
-	}
-	return false
+	return v.needsForce(decision == chargeonce.RefundSucceeded, string(decision))
 }
 
 // lookUpRefund asks the acquirer, without claiming anything, what became
