@@ -2,6 +2,7 @@ package chargeonce
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -156,6 +157,14 @@ type WebhookEvent struct {
 	ObjectID  string
 	Type      string
 	CreatedAt time.Time
+}
+
+// SettlementEventID is the id of the event of charge chargeID's settlement
+// (charge.captured, .declined or .canceled): derived from the charge's, as
+// the statement that settles it writes it. A refund's events have ids of
+// their own.
+func SettlementEventID(chargeID string) string {
+	return "evt_" + strings.TrimPrefix(chargeID, "ch_")
 }
 
 // WebhookAttempt is one try at delivering an event to an endpoint.
