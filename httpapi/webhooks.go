@@ -467,7 +467,8 @@ func (s *Server) handleRecoverEndpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleTestEndpoint sends the endpoint a webhook.test event now and says
-// how it went; it is neither recorded nor retried.
+// how it went; it is neither recorded nor retried. A merchant has at most
+// webhook.MaxTestsInFlight under way: 429 beyond.
 func (s *Server) handleTestEndpoint(w http.ResponseWriter, r *http.Request) {
 	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
 	if !ok {
@@ -483,7 +484,11 @@ func (s *Server) handleTestEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
 		return
 	}
-	evID, a := s.tester.Send(r.Context(), eps[i])
+	evID, a, err := s.tester.Send(r.Context(), eps[i])
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	a.EventID, a.EndpointID = evID, id
 	out := attemptsOut([]chargeonce.WebhookAttempt{a})[0]
 	s.writeValue(w, http.StatusOK, map[string]any{"object": "webhook_test", "event": evID, "type": chargeonce.EventTest,
