@@ -93,7 +93,7 @@ func TestRecoverBounded(t *testing.T) {
 				HasMore   bool   `json:"has_more"`
 				NextSince string `json:"next_since"`
 			}
-			recover := func(id, since string) (recovered, apitest.Result) {
+			recoverEndpoint := func(id, since string) (recovered, apitest.Result) {
 				r := do("POST", "/v1/webhook_endpoints/"+id+"/recover", `{"since":"`+since+`"}`)
 				var out recovered
 				if r.Status == 202 && json.Unmarshal(r.Body, &out) != nil {
@@ -102,23 +102,23 @@ func TestRecoverBounded(t *testing.T) {
 				return out, r
 			}
 			const from = "2000-01-01T00:00:00Z"
-			out, r := recover(declinedOnly, from)
+			out, r := recoverEndpoint(declinedOnly, from)
 			if r.Status != 202 || out.Queued != declined || out.HasMore {
 				t.Fatalf("recover to an endpoint of charge.declined: %d %s; want the %d declined events only", r.Status, r.Body, declined)
 			}
-			out, r = recover(every, from)
+			out, r = recoverEndpoint(every, from)
 			if r.Status != 202 || out.Queued != 100 || !out.HasMore || out.NextSince == "" {
 				t.Fatalf("recover of %d failed events: %d %s; want 100 queued, has_more and next_since", captured+declined, r.Status, r.Body)
 			}
 			if p := pending(); p != declined+100 {
 				t.Fatalf("%d pending after two recoveries, want %d", p, declined+100)
 			}
-			_, r = recover(every, out.NextSince)
+			_, r = recoverEndpoint(every, out.NextSince)
 			if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); r.Status != 429 || err != nil || ra < 1 || ra > 5 {
 				t.Fatalf("recover again at once: %d %s (Retry-After %q); want 429 within the endpoint's cooldown", r.Status, r.Body, r.Header.Get("Retry-After"))
 			}
 			time.Sleep(5100 * time.Millisecond) // the cooldown
-			out, r = recover(every, out.NextSince)
+			out, r = recoverEndpoint(every, out.NextSince)
 			if r.Status != 202 || out.Queued != captured+declined-100 || out.HasMore {
 				t.Fatalf("recover from next_since: %d %s; want the other %d", r.Status, r.Body, captured+declined-100)
 			}

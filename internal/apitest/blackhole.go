@@ -26,7 +26,7 @@ type BlackHole struct {
 // connections are closed then, so no request waits for its timeout.
 func NewBlackHole(t *testing.T) *BlackHole {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
