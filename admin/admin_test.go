@@ -659,6 +659,41 @@ func TestTimelineShowsEventDeliveries(t *testing.T) {
 			if w := d.History[3]; w.Outcome != "500" || !strings.Contains(w.Detail, "we_timeline") {
 				t.Fatalf("delivery entry = %+v", w)
 			}
+
+			// A refund's events are newer than the settlement's, and their
+			// attempts are not the settlement's (issue 48, item 6: the
+			// timeline showed the newest event's).
+			rr, err := apitest.Do(t, nil, "POST", e.api.URL+"/v1/charges/"+ch.ID+"/refunds", []byte(`{"amount_cents":100}`), map[string]string{"Idempotency-Key": "timeline-refund"})
+			if err != nil || (rr.Status != 201 && rr.Status != 200) {
+				t.Fatalf("refund: %d %s %v", rr.Status, rr.Body, err)
+			}
+			ds, err = e.store.WebhookDeliveriesClaim(t.Context(), time.Minute, 10, 10, nil)
+			if err != nil || len(ds) == 0 {
+				t.Fatalf("the refund's deliveries claimed: %+v, %v", ds, err)
+			}
+			for _, dl := range ds {
+				if dl.Event.ID == "evt_"+ch.ID[3:] {
+					continue // the settlement's retry, due already
+				}
+				o := chargeonce.WebhookOutcome{Attempt: chargeonce.WebhookAttempt{StatusCode: 418, EventID: dl.Event.ID, EndpointID: dl.Endpoint.ID}, RetryIn: time.Hour}
+				if _, err := e.store.WebhookDeliveryFinish(t.Context(), dl, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, b = e.call(t, "GET", "/admin/v1/charges/"+ch.ID, aliceKey, nil)
+			d = admin.ChargeDetailJSON{}
+			if err := json.Unmarshal(b, &d); err != nil {
+				t.Fatal(err)
+			}
+			var webhooks []string
+			for _, h := range d.History {
+				if h.Kind == chargeonce.HistoryWebhook {
+					webhooks = append(webhooks, h.Outcome+" "+strings.Fields(h.Detail)[0])
+				}
+			}
+			if want := "500 evt_" + ch.ID[3:]; len(webhooks) != 1 || webhooks[0] != want {
+				t.Fatalf("after a refund, the timeline's deliveries are %q; want the settlement's one attempt, %q", webhooks, want)
+			}
 		})
 	}
 }

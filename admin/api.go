@@ -306,11 +306,13 @@ func (s *Server) deliveries(ctx context.Context, ch chargeonce.Charge) ([]charge
 	if ch.Status == chargeonce.StatusProcessing {
 		return nil, nil
 	}
-	page, err := s.store.WebhookEventsList(ctx, chargeonce.EventsListParams{MerchantID: ch.MerchantID, ChargeID: ch.ID, Limit: 1})
-	if err != nil || len(page.Events) == 0 {
-		return nil, err
+	// By the settlement event's id, not the charge's newest event: a
+	// refund's events are newer, and their attempts are not the
+	// settlement's (issue 48).
+	_, attempts, err := s.store.WebhookEventGet(ctx, ch.MerchantID, chargeonce.SettlementEventID(ch.ID))
+	if chargeonce.ErrorCode(err) == chargeonce.ENOTFOUND {
+		return nil, nil
 	}
-	_, attempts, err := s.store.WebhookEventGet(ctx, ch.MerchantID, page.Events[0].ID)
 	if err != nil {
 		return nil, err
 	}

@@ -457,7 +457,9 @@ func (s *Server) handleUpdateEndpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleRecoverEndpoint queues again, once each, the events whose delivery
-// to the endpoint failed since a time.
+// to the endpoint failed since a time: WebhookRecoverLimit a call at most,
+// next_since saying where the next call goes on from, and one call an
+// endpoint every WebhookRecoverCooldown (429 with Retry-After sooner).
 func (s *Server) handleRecoverEndpoint(w http.ResponseWriter, r *http.Request) {
 	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
 	if !ok {
@@ -474,16 +476,22 @@ func (s *Server) handleRecoverEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, chargeonce.FieldError("since", "since must be an RFC 3339 time, as in 2026-12-01T00:00:00Z"))
 		return
 	}
-	n, err := s.store.WebhookEndpointRecover(r.Context(), merchant.ID, id, since)
+	rec, err := s.store.WebhookEndpointRecover(r.Context(), chargeonce.WebhookRecoverParams{MerchantID: merchant.ID, EndpointID: id,
+		Since: since, Limit: chargeonce.WebhookRecoverLimit, Cooldown: chargeonce.WebhookRecoverCooldown})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeValue(w, http.StatusAccepted, map[string]any{"id": id, "object": "webhook_endpoint", "deliveries_queued": n})
+	out := map[string]any{"id": id, "object": "webhook_endpoint", "deliveries_queued": rec.Queued, "has_more": rec.HasMore}
+	if rec.HasMore {
+		out["next_since"] = rec.Next.UTC().Format(time.RFC3339Nano)
+	}
+	s.writeValue(w, http.StatusAccepted, out)
 }
 
 // handleTestEndpoint sends the endpoint a webhook.test event now and says
-// how it went; it is neither recorded nor retried.
+// how it went; it is neither recorded nor retried. A merchant has at most
+// webhook.MaxTestsInFlight under way: 429 beyond.
 func (s *Server) handleTestEndpoint(w http.ResponseWriter, r *http.Request) {
 	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
 	if !ok {
@@ -499,7 +507,11 @@ func (s *Server) handleTestEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
 		return
 	}
-	evID, a := s.tester.Send(r.Context(), eps[i])
+	evID, a, err := s.tester.Send(r.Context(), eps[i])
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	a.EventID, a.EndpointID = evID, id
 	out := attemptsOut([]chargeonce.WebhookAttempt{a})[0]
 	s.writeValue(w, http.StatusOK, map[string]any{"object": "webhook_test", "event": evID, "type": chargeonce.EventTest,

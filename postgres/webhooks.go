@@ -141,41 +141,71 @@ RETURNING `+endpointColumns, merchantID, id, u.Disabled, setEvents, events, u.De
 }
 
 // WebhookEndpointRecover queues again the failed deliveries of the
-// endpoint created since, once per event, from
-// webhook_deliveries_endpoint_failed: an event the endpoint received since
-// (a 2xx attempt) or still owes (the unique index) is skipped.
-func (s *Store) WebhookEndpointRecover(ctx context.Context, merchantID, id string, since time.Time) (int, error) {
-	if !chargeonce.ValidText(merchantID) || !chargeonce.ValidText(id) {
-		return 0, notFound("webhook endpoint", id)
+// endpoint made since p.Since, the first p.Limit of them in the order of
+// webhook_deliveries_endpoint_failed, once per event: an event the
+// endpoint received since (a 2xx attempt), still owes or no longer asks
+// for (enabled_events) is passed over. One statement: the endpoint's row
+// is taken first (its cooldown checked and restarted), then deliveries are
+// written, the order a disable and a sender's finish take them in too.
+func (s *Store) WebhookEndpointRecover(ctx context.Context, p chargeonce.WebhookRecoverParams) (chargeonce.WebhookRecovered, error) {
+	var out chargeonce.WebhookRecovered
+	if !chargeonce.ValidText(p.MerchantID) || !chargeonce.ValidText(p.EndpointID) {
+		return out, notFound("webhook endpoint", p.EndpointID)
+	}
+	if p.Limit <= 0 {
+		p.Limit = chargeonce.WebhookRecoverLimit
 	}
 	var (
-		status *string
-		n      int
+		status    *string
+		took      bool
+		wait      time.Duration
+		read      int
+		lastAfter *time.Time
 	)
 	err := s.pool.QueryRow(ctx, `
-WITH e AS (
-	SELECT id, merchant_id, status, enabled_events FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2
-), q AS (
-	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
-	SELECT DISTINCT d.event_id, d.endpoint_id, d.merchant_id
+WITH cur AS (
+	SELECT status, recovered_at FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2
+), e AS (
+	UPDATE webhook_endpoints SET recovered_at = now()
+	WHERE merchant_id = $1 AND id = $2 AND status = 'enabled'
+		AND (recovered_at IS NULL OR recovered_at <= now() - $5::bigint * interval '1 microsecond')
+	RETURNING id, merchant_id, enabled_events
+), f AS (
+	SELECT d.event_id, d.created_at
 	FROM e JOIN webhook_deliveries d ON d.endpoint_id = e.id AND d.state = 'failed' AND d.created_at >= $3
-	WHERE e.status = 'enabled'
+	JOIN webhook_events ev ON ev.id = d.event_id
+	WHERE (e.enabled_events IS NULL OR ev.type = ANY (e.enabled_events))
+		AND NOT EXISTS (SELECT FROM webhook_deliveries o
+			WHERE o.event_id = d.event_id AND o.endpoint_id = d.endpoint_id AND o.state = 'pending')
 		AND NOT EXISTS (SELECT FROM webhook_attempts a
 			WHERE a.event_id = d.event_id AND a.endpoint_id = d.endpoint_id AND a.status_code BETWEEN 200 AND 299)
+	ORDER BY d.created_at, d.event_id
+	LIMIT $4
+), q AS (
+	INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id)
+	SELECT DISTINCT f.event_id, e.id, e.merchant_id FROM f CROSS JOIN e
 	ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending' DO NOTHING
 	RETURNING 1
 )
-SELECT (SELECT status FROM e), (SELECT count(*) FROM q)`, merchantID, id, since).Scan(&status, &n)
+SELECT (SELECT status FROM cur), EXISTS (SELECT FROM e),
+	COALESCE(GREATEST((SELECT recovered_at FROM cur) + $5::bigint * interval '1 microsecond' - now(), interval '0'), interval '0'),
+	(SELECT count(*) FROM q), (SELECT count(*) FROM f), (SELECT max(created_at) FROM f)`,
+		p.MerchantID, p.EndpointID, p.Since, p.Limit, p.Cooldown.Microseconds()).Scan(&status, &took, &wait, &out.Queued, &read, &lastAfter)
 	if err != nil {
-		return 0, fmt.Errorf("recovering webhook deliveries: %w", translate(err))
+		return out, fmt.Errorf("recovering webhook deliveries: %w", translate(err))
 	}
 	switch {
 	case status == nil:
-		return 0, notFound("webhook endpoint", id)
+		return out, notFound("webhook endpoint", p.EndpointID)
 	case *status != string(chargeonce.EndpointEnabled):
-		return 0, chargeonce.Errorf(chargeonce.EINVALID, "webhook endpoint %s is disabled: enable it first", id)
+		return out, chargeonce.Errorf(chargeonce.EINVALID, "webhook endpoint %s is disabled: enable it first", p.EndpointID)
+	case !took:
+		return out, p.CooldownError(wait)
 	}
-	return n, nil
+	if read >= p.Limit && lastAfter != nil {
+		out.HasMore, out.Next = true, *lastAfter
+	}
+	return out, nil
 }
 
 func endpointCapError() error {
@@ -612,7 +642,32 @@ func (s *Store) WebhookDeliveryFinish(ctx context.Context, d chargeonce.WebhookD
 		claimed  bool
 		disabled bool
 	)
+	// The endpoint's row is taken before the delivery's, the order a
+	// disable takes them in (the endpoint, then its pending deliveries):
+	// the other order deadlocked against a merchant's disable, which held
+	// the endpoint and waited for this delivery (issue 48).
 	err := pgx.BeginFunc(ctx, s.deliveryPool(), func(tx pgx.Tx) error {
+		var (
+			found   bool
+			status  string
+			expired bool
+		)
+		if o.Delivered {
+			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL
+WHERE id = $1 AND failing_since IS NOT NULL`, d.Endpoint.ID); err != nil {
+				return err
+			}
+		} else {
+			err := tx.QueryRow(ctx, `SELECT status,
+	failing_since IS NOT NULL AND $2::bigint > 0 AND now() - failing_since >= $2::bigint * interval '1 microsecond'
+FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE`, d.Endpoint.ID, o.DisableAfter.Microseconds()).Scan(&status, &expired)
+			switch {
+			case err == nil:
+				found = true
+			case !errors.Is(err, pgx.ErrNoRows): // none: deleted meanwhile
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (event_id, endpoint_id, status_code, error, latency_us)
 VALUES ($1, $2, $3, $4, $5)`, d.Event.ID, d.Endpoint.ID, code, errText, a.Latency.Microseconds()); err != nil {
 			return err
@@ -624,27 +679,12 @@ WHERE id = $1 AND token = $2 AND state = $5`, d.ID, d.Token, state, next, stateP
 			return err
 		}
 		claimed = tag.RowsAffected() == 1
-		if o.Delivered {
-			_, err = tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL
-WHERE id = $1 AND failing_since IS NOT NULL`, d.Endpoint.ID)
-			return err
+		if o.Delivered || !found {
+			return nil
 		}
 		reason := o.Disable
 		if reason == "" {
 			reason = fmt.Sprintf("no 2xx for %s", o.DisableAfter)
-		}
-		var (
-			status  string
-			expired bool
-		)
-		err = tx.QueryRow(ctx, `SELECT status,
-	failing_since IS NOT NULL AND $2::bigint > 0 AND now() - failing_since >= $2::bigint * interval '1 microsecond'
-FROM webhook_endpoints WHERE id = $1 FOR UPDATE`, d.Endpoint.ID, o.DisableAfter.Microseconds()).Scan(&status, &expired)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // deleted meanwhile
-		}
-		if err != nil {
-			return err
 		}
 		disabled = status == string(chargeonce.EndpointEnabled) && (o.Disable != "" || expired)
 		if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, now()),
@@ -702,14 +742,18 @@ WITH f AS (
 ), a AS (
 	INSERT INTO webhook_attempts (event_id, endpoint_id, status_code, latency_us)
 	SELECT event_id, endpoint_id, code, latency_us FROM f ORDER BY n
-), d AS (
-	UPDATE webhook_deliveries w
-	SET state = 'succeeded', attempts = w.attempts + 1, next_at = now(), claimed_until = '-infinity'
-	WHERE w.id = ANY ($1) AND w.token = ($2::text[])[array_position($1, w.id)] AND w.state = $7
-	RETURNING w.id
 ), e AS (
 	UPDATE webhook_endpoints SET failing_since = NULL
 	WHERE id IN (SELECT endpoint_id FROM f) AND failing_since IS NOT NULL
+	RETURNING 1
+), d AS (
+	-- The endpoints' rows before the deliveries' (WebhookDeliveryFinish):
+	-- the count is a one-time filter, run before the first row is read.
+	UPDATE webhook_deliveries w
+	SET state = 'succeeded', attempts = w.attempts + 1, next_at = now(), claimed_until = '-infinity'
+	WHERE w.id = ANY ($1) AND w.token = ($2::text[])[array_position($1, w.id)] AND w.state = $7
+		AND (SELECT count(*) FROM e) >= 0
+	RETURNING w.id
 )
 SELECT id FROM d`, ids, tokens, events, endpoints, codes, latencies, statePending)
 	var ended []int64

@@ -152,35 +152,85 @@ RETURNING `+endpointColumns, merchantID, id, disabled, setEvents, events, desc, 
 }
 
 // WebhookEndpointRecover queues again the failed deliveries of the
-// endpoint created since, once per event (see the PostgreSQL store).
-func (s *Store) WebhookEndpointRecover(ctx context.Context, merchantID, id string, since time.Time) (int, error) {
-	var n int64
+// endpoint made since p.Since, the first p.Limit of them, once per event
+// (see the PostgreSQL store), and restarts the endpoint's cooldown.
+func (s *Store) WebhookEndpointRecover(ctx context.Context, p chargeonce.WebhookRecoverParams) (chargeonce.WebhookRecovered, error) {
+	var out chargeonce.WebhookRecovered
+	if p.Limit <= 0 {
+		p.Limit = chargeonce.WebhookRecoverLimit
+	}
 	err := s.write(ctx, "recovering webhook deliveries", func(ctx context.Context, tx *sql.Tx) error {
-		var status string
-		err := tx.QueryRowContext(ctx, `SELECT status FROM webhook_endpoints WHERE merchant_id = ?1 AND id = ?2`, merchantID, id).Scan(&status)
+		out = chargeonce.WebhookRecovered{}
+		var (
+			status string
+			wait   int64 // microseconds of the cooldown left
+		)
+		err := tx.QueryRowContext(ctx, `SELECT status, coalesce(recovered_at + ?3 - `+nowMicros+`, 0)
+FROM webhook_endpoints WHERE merchant_id = ?1 AND id = ?2`, p.MerchantID, p.EndpointID, p.Cooldown.Microseconds()).Scan(&status, &wait)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("webhook endpoint", id)
+			return notFound("webhook endpoint", p.EndpointID)
 		}
 		if err != nil {
 			return wrap("recovering webhook deliveries", err)
 		}
 		if status != string(chargeonce.EndpointEnabled) {
-			return chargeonce.Errorf(chargeonce.EINVALID, "webhook endpoint %s is disabled: enable it first", id)
+			return chargeonce.Errorf(chargeonce.EINVALID, "webhook endpoint %s is disabled: enable it first", p.EndpointID)
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
-SELECT DISTINCT d.event_id, d.endpoint_id, d.merchant_id, `+nowMicros+`, `+nowMicros+`
-FROM webhook_deliveries d
+		if wait > 0 {
+			return p.CooldownError(time.Duration(wait) * time.Microsecond)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET recovered_at = `+nowMicros+` WHERE id = ?1`, p.EndpointID); err != nil {
+			return wrap("recovering webhook deliveries", err)
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT d.event_id, d.created_at
+FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+JOIN webhook_events ev ON ev.id = d.event_id
 WHERE d.endpoint_id = ?1 AND d.state = 'failed' AND d.created_at >= ?2
+	AND (e.enabled_events IS NULL OR EXISTS (SELECT 1 FROM json_each(e.enabled_events) WHERE value = ev.type))
+	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries o
+		WHERE o.event_id = d.event_id AND o.endpoint_id = d.endpoint_id AND o.state = 'pending')
 	AND NOT EXISTS (SELECT 1 FROM webhook_attempts a
 		WHERE a.event_id = d.event_id AND a.endpoint_id = d.endpoint_id AND a.status_code BETWEEN 200 AND 299)
-ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending' DO NOTHING`, id, since.UnixMicro())
+ORDER BY d.created_at, d.event_id
+LIMIT ?3`, p.EndpointID, p.Since.UnixMicro(), p.Limit)
 		if err != nil {
 			return wrap("recovering webhook deliveries", err)
 		}
-		n, err = res.RowsAffected()
-		return err
+		var (
+			ids  []string
+			read int
+			last int64
+		)
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id, &last); err != nil {
+				rows.Close()
+				return wrap("recovering webhook deliveries", err)
+			}
+			read++
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return wrap("recovering webhook deliveries", err)
+		}
+		for _, id := range ids {
+			res, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (event_id, endpoint_id, merchant_id, next_at, created_at)
+VALUES (?1, ?2, ?3, `+nowMicros+`, `+nowMicros+`)
+ON CONFLICT (event_id, endpoint_id) WHERE state = 'pending' DO NOTHING`, id, p.EndpointID, p.MerchantID)
+			if err != nil {
+				return wrap("recovering webhook deliveries", err)
+			}
+			if n, err := res.RowsAffected(); err == nil {
+				out.Queued += int(n)
+			}
+		}
+		if read >= p.Limit {
+			out.HasMore, out.Next = true, time.UnixMicro(last)
+		}
+		return nil
 	})
-	return int(n), err
+	return out, err
 }
 
 // WebhookEndpointsList returns the merchant's endpoints, oldest first.

@@ -35,6 +35,9 @@ var webhookTests = []struct {
 	{"WebhookFinishBatchRace", testWebhookFinishBatchRace},
 	{"WebhookClaimReadsCharge", testWebhookClaimReadsCharge},
 	{"WebhookEndpointConcurrency", testWebhookEndpointConcurrency},
+	{"WebhookDisablesRaceSenders", testWebhookDisablesRaceSenders},
+	{"WebhookRecoverBounded", testWebhookRecoverBounded},
+	{"WebhookRecoverEnabledEvents", testWebhookRecoverEnabledEvents},
 }
 
 func addEndpoint(t *testing.T, s chargeonce.Store, merchant string) chargeonce.WebhookEndpoint {
@@ -759,7 +762,7 @@ func testWebhookEndpointLifecycle(t *testing.T, s chargeonce.Store) {
 	if st, _ := s.WebhookStats(ctx); st.Pending != 0 {
 		t.Fatalf("%d pending after disabling, want 0", st.Pending)
 	}
-	_, err = s.WebhookEndpointRecover(ctx, "m1", e.ID, since)
+	_, err = recoverFailed(ctx, s, "m1", e.ID, since)
 	wantCode(t, "recover to a disabled endpoint", err, chargeonce.EINVALID)
 	if e, err = s.WebhookEndpointUpdate(ctx, "m1", e.ID, chargeonce.WebhookEndpointUpdate{Disabled: &no}); err != nil ||
 		e.Status != chargeonce.EndpointEnabled || e.DisabledReason != "" {
@@ -767,18 +770,18 @@ func testWebhookEndpointLifecycle(t *testing.T, s chargeonce.Store) {
 	}
 	_, err = s.WebhookEndpointUpdate(ctx, "m2", e.ID, chargeonce.WebhookEndpointUpdate{Disabled: &no})
 	wantCode(t, "update another merchant's endpoint", err, chargeonce.ENOTFOUND)
-	_, err = s.WebhookEndpointRecover(ctx, "m2", e.ID, since)
+	_, err = recoverFailed(ctx, s, "m2", e.ID, since)
 	wantCode(t, "recover another merchant's endpoint", err, chargeonce.ENOTFOUND)
 
 	// The two failed events (declined, k2) come back once each.
-	n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since)
+	n, err := recoverFailed(ctx, s, "m1", e.ID, since)
 	if err != nil || n != 2 {
 		t.Fatalf("recover = %d, %v; want the 2 failed events", n, err)
 	}
-	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since); err != nil || n != 0 {
+	if n, err := recoverFailed(ctx, s, "m1", e.ID, since); err != nil || n != 0 {
 		t.Fatalf("recover again = %d, %v; want 0: both are owed already", n, err)
 	}
-	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, time.Now().Add(time.Hour)); err != nil || n != 0 {
+	if n, err := recoverFailed(ctx, s, "m1", e.ID, time.Now().Add(time.Hour)); err != nil || n != 0 {
 		t.Fatalf("recover since the future = %d, %v", n, err)
 	}
 	ds = claimDeliveries(t, s, longLease)
@@ -790,7 +793,7 @@ func testWebhookEndpointLifecycle(t *testing.T, s chargeonce.Store) {
 			t.Fatal(err)
 		}
 	}
-	if n, err := s.WebhookEndpointRecover(ctx, "m1", e.ID, since); err != nil || n != 0 {
+	if n, err := recoverFailed(ctx, s, "m1", e.ID, since); err != nil || n != 0 {
 		t.Fatalf("recover after both were delivered = %d, %v; want 0", n, err)
 	}
 	settle(t, s, "m1", "k3")

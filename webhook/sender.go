@@ -36,6 +36,16 @@ const (
 	// merchant's deliveries ran at 50-110 a second on a loaded machine,
 	// half its settlements).
 	DefaultPerMerchant = 8 * chargeonce.DefaultEndpointConcurrency
+	// reserveShare is the share of Workers kept for merchants with nothing
+	// in flight (Workers/reserveShare): a claim for the others leaves it
+	// free. Four merchants whose receivers never answered held all 512
+	// workers for a delivery's 15 s timeout, and every other merchant's
+	// deliveries waited for them (up to 28 s; issue 48).
+	reserveShare = 8
+	// reservePerMerchant bounds what one merchant takes of the reserve in
+	// a claim, so that a few more merchants with dead receivers do not
+	// take it all at once: half an endpoint's default concurrency.
+	reservePerMerchant = chargeonce.DefaultEndpointConcurrency / 2
 	// DefaultLease outlasts a delivery's timeout with room to record it:
 	// another instance takes a delivery over only once its sender has
 	// surely given up on it (or died).
@@ -370,13 +380,19 @@ func (s *Sender) reportStats(ctx context.Context) {
 // all, PerMerchant of a merchant), in one statement, and hands them to
 // their endpoints' lanes. A merchant with less than half its room free is
 // skipped, so that claims come in batches rather than one per delivery
-// recorded.
+// recorded. A reserve of the workers (Workers/reserveShare) is left to
+// merchants with nothing in flight: once the others have taken the rest,
+// a claim skips every merchant with deliveries in flight, so that a few
+// merchants whose receivers never answer cannot hold every worker while
+// another merchant's deliveries wait.
 func (s *Sender) dispatch(ctx context.Context) int {
 	s.mu.Lock()
 	free := s.o.Workers - s.total
+	reserve := max(1, s.o.Workers/reserveShare)
 	perMerchant := s.o.PerMerchant
-	var skip []string
+	var skip, busy []string
 	for m, n := range s.inflight {
+		busy = append(busy, m)
 		room := s.o.PerMerchant - n
 		if room < (s.o.PerMerchant+1)/2 {
 			skip = append(skip, m)
@@ -385,14 +401,27 @@ func (s *Sender) dispatch(ctx context.Context) int {
 		perMerchant = min(perMerchant, room)
 	}
 	s.mu.Unlock()
-	if free < (s.o.Workers+3)/4 && free < s.o.PerMerchant || ctx.Err() != nil {
+	if ctx.Err() != nil {
+		return 0
+	}
+	limit := free - reserve
+	switch {
+	case limit > 0 && (limit >= (s.o.Workers+3)/4 || limit >= s.o.PerMerchant):
+		// Every merchant not skipped, the reserve left free.
+	case free > 0 && len(busy) > 0:
+		// The reserve: merchants with nothing in flight, a few each.
+		limit, skip, perMerchant = free, busy, min(s.o.PerMerchant, reservePerMerchant)
+	case free >= (s.o.Workers+3)/4 || free >= s.o.PerMerchant:
+		// Nothing in flight: all of it.
+		limit = free
+	default:
 		return 0
 	}
 	// The claim runs apart from ctx: a claim cut short by Stop may have
 	// committed all the same, and its rows would then stay claimed, sent by
 	// no one, until the lease ends. Once made, it is delivered.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-	ds, err := s.store.WebhookDeliveriesClaim(cctx, s.o.Lease, free, perMerchant, skip)
+	ds, err := s.store.WebhookDeliveriesClaim(cctx, s.o.Lease, limit, perMerchant, skip)
 	cancel()
 	if err != nil {
 		s.o.Logger.Warn("webhooks: claiming deliveries", "err", err)
