@@ -172,7 +172,7 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		metrics:  m,
 		rescuer:  recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
 		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept,
-			Canceler: eng, AuthorizationTTL: f.authorizationTTL}),
+			OnExpire: m.Expired, Canceler: eng, AuthorizationTTL: f.authorizationTTL}),
 		sender: sender,
 	}, nil
 }
