@@ -66,7 +66,7 @@ func (e *Engine) CancelExpired(ctx context.Context, a chargeonce.ExpiredAuthoriz
 // refused it (the charge stays authorized), and 202 with the charge still
 // authorized while the outcome is unknown; recovery, or a retry once the
 // back-off is over, looks the reference up before re-sending it. internal
-// (the sweeper) skips the merchant's rate.
+// (the sweeper) skips the merchant's rate (beforeWork).
 func (e *Engine) operate(ctx context.Context, merchantID, chargeID, key string, kind chargeonce.RecordKind, amount int64, internal bool) (Response, error) {
 	if err := ctx.Err(); err != nil {
 		return Response{}, abandoned(err)
@@ -74,18 +74,13 @@ func (e *Engine) operate(ctx context.Context, merchantID, chargeID, key string, 
 	if _, ok := e.acquirer.(chargeonce.ManualCapturer); !ok {
 		return Response{}, chargeonce.Errorf(chargeonce.EINVALID, "this service's acquirer cannot capture or cancel authorizations; nothing was kept for this Idempotency-Key")
 	}
+	fp := idempotency.OperationFingerprint(kind, chargeID, amount)
 	if !internal {
-		if ok, wait := e.rates.allow(merchantID); !ok {
-			e.observeRateLimited(RateLimitedRate)
-			return Response{}, &chargeonce.Error{
-				Code:       chargeonce.ERATELIMITED,
-				Message:    "this merchant is over its rate of attempts; nothing was kept for this Idempotency-Key: retry after the time in Retry-After",
-				RetryAfter: wait,
-			}
+		if resp, done, err := e.beforeWork(ctx, merchantID, key, fp); done {
+			return resp, err
 		}
 	}
 	client := ctx
-	fp := idempotency.OperationFingerprint(kind, chargeID, amount)
 	token := idempotency.NewToken()
 	ctx, cancel := e.detach(ctx)
 	defer cancel()
