@@ -237,8 +237,8 @@ func (r *runtime) stop() {
 func (r *runtime) close() { r.store.Close() }
 
 // operators is the store itself, under the spans of r.store: the operators'
-// store and the charges' history are interfaces of the store that the traced
-// wrapper does not carry.
+// calls (and the charges' history) go to the store untraced, as the traced
+// wrapper would send them anyway.
 func (r *runtime) operators() chargeonce.Store { return r.raw }
 
 // metricsMaxConns caps the connections of --metrics-addr: scrapers and an
