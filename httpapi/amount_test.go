@@ -23,7 +23,7 @@ func TestOperationAmountMustBePositive(t *testing.T) {
 			f := setup(t, kind, engine.Options{}, acquirer.Options{})
 			c := capture(t, f, 5000, "tok_ok")
 			a := authorize(t, f.inst.URL, 5000, "tok_ok")
-			for i, body := range []string{`{"amount_cents": 0}`, `{"amount_cents": -0}`, `{"amount_cents": -1}`, `{"amount_cents": 0, "reason": "duplicate"}`} {
+			for i, body := range []string{`{"amount_cents": 0}`, `{"amount_cents": -0}`, `{"amount_cents": -1}`, `{"amount_cents": null}`, `{"amount_cents": 0, "reason": "duplicate"}`} {
 				p := wantProblem(t, refund(t, f, c.ID, fmt.Sprintf("zero-refund-%d", i), body), 400, "validation-failed")
 				if p.Field != "amount_cents" {
 					t.Fatalf("refund %s: the problem names field %q, want amount_cents: %+v", body, p.Field, p)

@@ -18,7 +18,7 @@ func TestQueueOperationAmountMustBePositive(t *testing.T) {
 	t.Parallel()
 	for _, header := range []string{queue.HeaderRefundOf, queue.HeaderCaptureOf} {
 		h := nats.Header{header: []string{"ch_x"}}
-		for _, body := range []string{`{"amount_cents":0}`, `{"amount_cents":-0}`, `{"amount_cents":-3}`} {
+		for _, body := range []string{`{"amount_cents":0}`, `{"amount_cents":-0}`, `{"amount_cents":-3}`, `{"amount_cents":null}`} {
 			_, err := queue.DecodeRequest(h, []byte(body))
 			var e *chargeonce.Error
 			if chargeonce.ErrorCode(err) != chargeonce.EINVALID || !errors.As(err, &e) || e.Field != "amount_cents" {

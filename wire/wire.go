@@ -91,9 +91,10 @@ func DecodeCaptureBody(body []byte) (chargeonce.CaptureBody, error) {
 // only white space leaves dst as it is, as {} would. The domain types keep
 // an amount left out as 0, "all of it", so a 0 sent would mean all of it
 // too ({"amount_cents": 0} once refunded the whole charge): when the
-// amount decoded is 0 the body is read once more for whether it names
-// amount_cents, and an amount given that is not positive is refused,
-// naming the field. all says what leaving it out does.
+// amount decoded is not positive the body is read once more for whether it
+// names amount_cents, and an amount given that is not positive (0, a
+// negative, null) is refused, naming the field. all says what leaving it
+// out does.
 func decodeOperation(body []byte, dst any, amount *int64, all string) error {
 	if len(body) > MaxBodyBytes {
 		return TooLarge()
@@ -104,24 +105,21 @@ func decodeOperation(body []byte, dst any, amount *int64, all string) error {
 	if err := Decode(body, dst); err != nil {
 		return err
 	}
-	given := *amount
-	if given == 0 {
-		// The strict read above accepted the body: this one only looks
-		// for the name.
-		var named struct {
-			AmountCents *int64 `json:"amount_cents"`
-		}
-		if err := json.Unmarshal(body, &named); err != nil {
-			return chargeonce.Errorf(chargeonce.EINVALID, "the body could not be decoded: %v", err)
-		}
-		if named.AmountCents == nil {
-			return nil
-		}
+	if *amount > 0 {
+		return nil
 	}
-	if given <= 0 {
-		return chargeonce.FieldError("amount_cents", "amount_cents must be a positive 64-bit integer (at least 1), or left out to %s; got %d", all, given)
+	// The strict read above accepted the body: this one only looks for the
+	// name, whatever its value (null too, which the strict read took as 0).
+	var named struct {
+		AmountCents jsontext.Value `json:"amount_cents"`
 	}
-	return nil
+	if err := json.Unmarshal(body, &named); err != nil {
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body could not be decoded: %v", err)
+	}
+	if len(named.AmountCents) == 0 {
+		return nil
+	}
+	return chargeonce.FieldError("amount_cents", "amount_cents must be a positive 64-bit integer (at least 1), or left out to %s; got %s", all, named.AmountCents)
 }
 
 // TooLarge is the error for a body over MaxBodyBytes.
