@@ -91,8 +91,13 @@ func TestExpiryPassIsBounded(t *testing.T) {
 			}
 			s := recovery.NewSweeper(store, recovery.SweeperOptions{Canceler: eng, AuthorizationTTL: time.Millisecond, Batch: batch})
 			voids := sim.Stats().OperationRequests
-			if _, err := s.ExpireOnce(ctx); err != nil {
+			first, err := s.ExpireOnce(ctx)
+			if err != nil {
 				t.Fatalf("the first pass did not end: %v after %d cancels begun or replayed for %d authorizations", err, store.inserts.Load(), n)
+			}
+			// What the sweep logs: none canceled, every one failed.
+			if first != (recovery.ExpiryPass{Failed: n}) {
+				t.Fatalf("the first pass counted %+v; want %d failed and nothing canceled", first, n)
 			}
 			if got := store.inserts.Load(); got != n {
 				t.Fatalf("the first pass tried %d cancels for %d expired authorizations; want each once", got, n)
@@ -102,8 +107,8 @@ func TestExpiryPassIsBounded(t *testing.T) {
 			}
 			for pass := 2; pass <= 4; pass++ {
 				writes, inserts, voids := store.writes.Load(), store.inserts.Load(), sim.Stats().OperationRequests
-				if _, err := s.ExpireOnce(ctx); err != nil {
-					t.Fatalf("pass %d: %v", pass, err)
+				if p, err := s.ExpireOnce(ctx); err != nil || p.Tried() != 0 {
+					t.Fatalf("pass %d: %+v, %v; want nothing tried", pass, p, err)
 				}
 				if w, i, v := store.writes.Load()-writes, store.inserts.Load()-inserts, sim.Stats().OperationRequests-voids; w != 0 || i != 0 || v != 0 {
 					t.Fatalf("pass %d after the voids failed: %d writes, %d cancels begun or replayed, %d voids sent; want no work", pass, w, i, v)
