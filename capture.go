@@ -168,10 +168,51 @@ func CaptureExceeds(chargeID string, asked, authorized int64, currency string) *
 }
 
 // ExpiredAuthorization is an authorization past its time to live, for the
-// sweeper to cancel.
+// sweeper to cancel. CreatedAt and ChargeID place it in the list
+// (AuthorizationsExpiredParams.After).
 type ExpiredAuthorization struct {
 	MerchantID string
 	ChargeID   string
+	CreatedAt  time.Time
+}
+
+// ExpiryKeyPrefix prefixes the Idempotency-Key under which the sweeper
+// cancels an expired authorization: one key per charge, so that a sweep
+// repeated (by another instance, or after a crash) finds the cancel it
+// already began instead of beginning another, and so that the list of
+// expired authorizations can leave out one whose void the acquirer
+// refused (the cancel under this key failed): that one is an operator's.
+const ExpiryKeyPrefix = "chargeonce-authorization-expired-"
+
+// ExpiryOutcome is what became of one attempt of the sweeper to cancel an
+// expired authorization.
+type ExpiryOutcome string
+
+// The outcomes of CancelExpired.
+const (
+	// ExpiryCanceled: this attempt voided the authorization.
+	ExpiryCanceled ExpiryOutcome = "canceled"
+	// ExpiryPending: the void's outcome is unknown; recovery settles it.
+	ExpiryPending ExpiryOutcome = "pending"
+	// ExpiryFailed: the acquirer refused the void (it captured the
+	// authorization, say). The charge stays authorized: an operator's
+	// item, which the sweeper does not try again.
+	ExpiryFailed ExpiryOutcome = "failed"
+	// ExpiryAnswered: the cancel under the sweeper's key had already been
+	// answered (by another sweep): this attempt did nothing.
+	ExpiryAnswered ExpiryOutcome = "answered"
+)
+
+// AuthorizationsExpiredParams select a page of expired authorizations.
+type AuthorizationsExpiredParams struct {
+	// TTL is the authorizations' time to live (--authorization-ttl).
+	TTL time.Duration
+	// Limit bounds the page; zero or less lists nothing.
+	Limit int
+	// After, when set, is the last authorization of the previous page:
+	// the page starts after its (CreatedAt, ChargeID), so that a sweep
+	// goes through the list once, whatever became of what it tried.
+	After *ExpiredAuthorization
 }
 
 // Operations is the part of the store that keeps captures and cancels of
@@ -191,10 +232,13 @@ type Operations interface {
 	// operation holds it; ECAPTUREEXCEEDS past the authorized amount; in
 	// each case nothing is written.
 	OperationInsert(ctx context.Context, p OperationInsertParams) (rec KeyRecord, inserted bool, err error)
-	// AuthorizationsExpired returns up to limit authorized charges created
-	// more than ttl ago (by the database's clock) with no capture or
-	// cancel pending or succeeded, oldest first.
-	AuthorizationsExpired(ctx context.Context, ttl time.Duration, limit int) ([]ExpiredAuthorization, error)
+	// AuthorizationsExpired returns up to p.Limit authorized charges
+	// created more than p.TTL ago (by the database's clock), after
+	// p.After, in (created_at, id) order, with no capture or cancel
+	// pending or succeeded and none whose sweeper's cancel (the key
+	// ExpiryKeyPrefix + its id) failed: an authorization the acquirer
+	// refused to void is tried once, never again by the sweeper.
+	AuthorizationsExpired(ctx context.Context, p AuthorizationsExpiredParams) ([]ExpiredAuthorization, error)
 }
 
 // OperationCall is what chargeonce sends the acquirer to capture or void an

@@ -25,21 +25,30 @@ func (e *Engine) Cancel(ctx context.Context, merchantID, chargeID, key string) (
 }
 
 // ExpiryKeyPrefix prefixes the Idempotency-Key under which the sweeper
-// cancels an expired authorization: one key per charge, so that a sweep
-// repeated (by another instance, or after a crash) finds the cancel it
-// already began instead of beginning another.
-const ExpiryKeyPrefix = "chargeonce-authorization-expired-"
+// cancels an expired authorization (chargeonce.ExpiryKeyPrefix).
+const ExpiryKeyPrefix = chargeonce.ExpiryKeyPrefix
 
 // CancelExpired cancels an authorization past its time to live, for the
 // sweeper, with the protocol of Cancel under the key ExpiryKeyPrefix +
-// the charge's id, outside the merchant's rate. settled is false when the
-// outcome is left to recovery (unknown, or the record is in flight).
-func (e *Engine) CancelExpired(ctx context.Context, a chargeonce.ExpiredAuthorization) (settled bool, err error) {
+// the charge's id, outside the merchant's rate, and says what became of
+// it: a stored answer replayed is ExpiryAnswered (this attempt did
+// nothing), a 402 ExpiryFailed, a 202 ExpiryPending (left to recovery).
+// The errors are operate's (ENOTAUTHORIZED when a capture or cancel holds
+// the charge, or it is no longer authorized; EINPROGRESS while another
+// attempt holds the key).
+func (e *Engine) CancelExpired(ctx context.Context, a chargeonce.ExpiredAuthorization) (chargeonce.ExpiryOutcome, error) {
 	resp, err := e.operate(ctx, a.MerchantID, a.ChargeID, ExpiryKeyPrefix+a.ChargeID, chargeonce.KindCancel, 0, true)
-	if err != nil {
-		return false, err
+	switch {
+	case err != nil:
+		return "", err
+	case resp.Replayed:
+		return chargeonce.ExpiryAnswered, nil
+	case resp.Status == 200:
+		return chargeonce.ExpiryCanceled, nil
+	case resp.Status == 402:
+		return chargeonce.ExpiryFailed, nil
 	}
-	return resp.Status != 202, nil
+	return chargeonce.ExpiryPending, nil
 }
 
 // operate runs one attempt of a capture or a cancel with the charge
@@ -57,7 +66,7 @@ func (e *Engine) CancelExpired(ctx context.Context, a chargeonce.ExpiredAuthoriz
 // refused it (the charge stays authorized), and 202 with the charge still
 // authorized while the outcome is unknown; recovery, or a retry once the
 // back-off is over, looks the reference up before re-sending it. internal
-// (the sweeper) skips the merchant's rate.
+// (the sweeper) skips the merchant's rate (beforeWork).
 func (e *Engine) operate(ctx context.Context, merchantID, chargeID, key string, kind chargeonce.RecordKind, amount int64, internal bool) (Response, error) {
 	if err := ctx.Err(); err != nil {
 		return Response{}, abandoned(err)
@@ -65,18 +74,13 @@ func (e *Engine) operate(ctx context.Context, merchantID, chargeID, key string, 
 	if _, ok := e.acquirer.(chargeonce.ManualCapturer); !ok {
 		return Response{}, chargeonce.Errorf(chargeonce.EINVALID, "this service's acquirer cannot capture or cancel authorizations; nothing was kept for this Idempotency-Key")
 	}
+	fp := idempotency.OperationFingerprint(kind, chargeID, amount)
 	if !internal {
-		if ok, wait := e.rates.allow(merchantID); !ok {
-			e.observeRateLimited(RateLimitedRate)
-			return Response{}, &chargeonce.Error{
-				Code:       chargeonce.ERATELIMITED,
-				Message:    "this merchant is over its rate of attempts; nothing was kept for this Idempotency-Key: retry after the time in Retry-After",
-				RetryAfter: wait,
-			}
+		if resp, done, err := e.beforeWork(ctx, merchantID, key, fp); done {
+			return resp, err
 		}
 	}
 	client := ctx
-	fp := idempotency.OperationFingerprint(kind, chargeID, amount)
 	token := idempotency.NewToken()
 	ctx, cancel := e.detach(ctx)
 	defer cancel()

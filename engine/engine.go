@@ -262,26 +262,14 @@ func (e *Engine) Charge(ctx context.Context, merchantID, key string, req *charge
 		// The client gave up before the attempt started: nothing written.
 		return Response{}, abandoned(err)
 	}
-	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
-	if e.cache != nil {
-		// A completed record in memory is answered at once, rate or not:
-		// the stored answer (or a 422 for a different request) moves no
-		// money, and a rate must never hide a capture from its retry.
-		if rec, ok := e.cache.KeyCached(merchantID, key); ok {
-			resp, _, err := e.answerExisting(ctx, rec, fp, "cached: ")
-			return resp, err
-		}
-	}
 	if req.CaptureMethod == chargeonce.CaptureManual {
 		if _, ok := e.acquirer.(chargeonce.ManualCapturer); !ok {
 			return Response{}, chargeonce.FieldError("capture_method", "this service's acquirer cannot authorize without capturing; capture_method manual is not available (nothing was kept for this Idempotency-Key)")
 		}
 	}
-	// The merchant's rate comes before anything is written, so that an
-	// attempt over it leaves nothing behind. Under the rate (the common
-	// path) it costs nothing more; over it, see overRate.
-	if ok, wait := e.rates.allow(merchantID); !ok {
-		return e.overRate(ctx, merchantID, key, fp, wait)
+	fp := idempotency.Fingerprint("POST", "/v1/charges", req)
+	if resp, done, err := e.beforeWork(ctx, merchantID, key, fp); done {
+		return resp, err
 	}
 	client := ctx
 	token := idempotency.NewToken()
@@ -414,6 +402,30 @@ func (e *Engine) detach(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(context.WithoutCancel(ctx), e.opts.WriteTimeout+e.opts.AdmissionWait+e.opts.AcquirerTimeout)
 }
 
+// beforeWork gives an attempt of any kind (a charge, a refund, a capture, a
+// cancel) the answers that start no work, before anything is written: one
+// rule, so that no kind's retry is refused where another's is answered.
+// A completed record in memory (the replay cache) is answered at once,
+// rate or not: the stored answer (or a 422 for a different request) moves
+// no money, and a rate must never hide a capture or a refund from its
+// retry. Then the merchant's rate, before anything is written, so that an
+// attempt over it leaves nothing behind: under it (the common path) it
+// costs nothing more and done is false, the attempt goes on; over it,
+// overRate answers. fp is the attempt's fingerprint.
+func (e *Engine) beforeWork(ctx context.Context, merchantID, key, fp string) (resp Response, done bool, err error) {
+	if e.cache != nil {
+		if rec, ok := e.cache.KeyCached(merchantID, key); ok {
+			resp, _, err := e.answerExisting(ctx, rec, fp, "cached: ")
+			return resp, true, err
+		}
+	}
+	if ok, wait := e.rates.allow(merchantID); !ok {
+		resp, err := e.overRate(ctx, merchantID, key, fp, wait)
+		return resp, true, err
+	}
+	return Response{}, false, nil
+}
+
 // overRate answers an attempt its merchant's bucket had no token for. The
 // rate bounds the work a merchant can start, not the answers it may hear:
 // a replay, a 409 or a 422 starts nothing and is what the attempt would be
@@ -423,16 +435,17 @@ func (e *Engine) detach(ctx context.Context) (context.Context, context.CancelFun
 // written: a completed record is replayed (422 for another request), a
 // record in flight under a live lease answers as busy does (409, or 202
 // for an unknown outcome), and a record whose lease ended answers 202 with
-// the charge (the lease is not claimed over the rate: recovery, or a retry
-// under the rate, drives it). Only a new intent (no record, or a completed
-// one past its expiry, which a retry would start afresh) is refused 429,
-// with nothing written, as is an attempt whose read failed.
+// its pending object (the lease is not claimed over the rate: recovery, or
+// a retry under the rate, drives it). The record may be of any kind (keys
+// are one namespace per merchant). Only new work (no record, or a
+// completed one past its expiry, which a retry would start afresh) is
+// refused 429, with nothing written, as is an attempt whose read failed.
 func (e *Engine) overRate(ctx context.Context, merchantID, key string, fp string, wait time.Duration) (Response, error) {
 	refused := func() (Response, error) {
 		e.observeRateLimited(RateLimitedRate)
 		return Response{}, &chargeonce.Error{
 			Code:       chargeonce.ERATELIMITED,
-			Message:    "this merchant is over its rate of charge attempts; nothing was kept for this Idempotency-Key: retry after the time in Retry-After",
+			Message:    "this merchant is over its rate of attempts; nothing was kept for this Idempotency-Key: retry after the time in Retry-After",
 			RetryAfter: wait,
 		}
 	}
@@ -450,7 +463,7 @@ func (e *Engine) overRate(ctx context.Context, merchantID, key string, fp string
 	}
 	e.observeRateLimited(RateLimitedRate)
 	return e.decided(ctx, rec, "", "over the rate; lease ended: left for recovery or a retry under the rate",
-		Response{Status: 202, Body: EncodeCharge(&rec.Charge), RetryAfter: wait}), nil
+		Response{Status: 202, Body: pendingBody(&rec), RetryAfter: wait}), nil
 }
 
 // answerExisting gives the answers an existing record needs no acquirer

@@ -33,21 +33,8 @@ func (e *Engine) Refund(ctx context.Context, merchantID, chargeID, key string, r
 		return Response{}, chargeonce.Errorf(chargeonce.EUNAVAILABLE, "this service's acquirer cannot refund; nothing was kept for this Idempotency-Key")
 	}
 	fp := idempotency.RefundFingerprint(chargeID, req)
-	if e.cache != nil {
-		// A completed record in memory is answered at once, rate or not,
-		// as a charge's replay is (Charge).
-		if rec, ok := e.cache.KeyCached(merchantID, key); ok {
-			resp, _, err := e.answerExisting(ctx, rec, fp, "cached: ")
-			return resp, err
-		}
-	}
-	if ok, wait := e.rates.allow(merchantID); !ok {
-		e.observeRateLimited(RateLimitedRate)
-		return Response{}, &chargeonce.Error{
-			Code:       chargeonce.ERATELIMITED,
-			Message:    "this merchant is over its rate of attempts; nothing was kept for this Idempotency-Key: retry after the time in Retry-After",
-			RetryAfter: wait,
-		}
+	if resp, done, err := e.beforeWork(ctx, merchantID, key, fp); done {
+		return resp, err
 	}
 	client := ctx
 	token := idempotency.NewToken()

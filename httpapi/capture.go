@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/wire"
 )
 
 // routeCapture adds the routes that settle an authorization (a charge with
@@ -37,13 +38,9 @@ func (s *Server) handleOperation(kind chargeonce.RecordKind) http.HandlerFunc {
 			s.writeOperationAttempt(w, r, "cancel", resp, err)
 			return
 		}
-		var req chargeonce.CaptureBody
 		// An empty body captures the whole authorization, as {} does.
-		if err := decodeOptional(a.body, &req); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if err := req.Normalize(); err != nil {
+		req, err := wire.DecodeCaptureBody(a.body)
+		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}

@@ -29,13 +29,9 @@ func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req chargeonce.RefundRequest
 	// An empty body refunds what remains, as {} does.
-	if err := decodeOptional(a.body, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := req.Normalize(); err != nil {
+	req, err := wire.DecodeRefundRequest(a.body)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -32,6 +32,7 @@ type Metrics struct {
 	passFailures prometheus.Counter
 	recovered    *prometheus.CounterVec // records claimed, settled, deferred by recovery
 	swept        prometheus.Counter
+	expired      *prometheus.CounterVec // expired authorizations the sweeper tried, by outcome
 	admission    *prometheus.HistogramVec
 	rateLimited  *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
@@ -81,6 +82,10 @@ func New() *Metrics {
 			Name: "chargeonce_keys_swept_total",
 			Help: "Expired idempotency records deleted by the sweeper (their charges are kept).",
 		}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chargeonce_authorizations_expired_total",
+			Help: "Expired authorizations the sweeper tried to cancel, by outcome: canceled, pending (left to recovery), failed (the acquirer refused the void: the charge stays authorized for an operator, never tried again), skipped (settled or held meanwhile), error.",
+		}, []string{"outcome"}),
 		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "chargeonce_admission_wait_seconds",
 			Help:    "How long attempts that must call the acquirer waited for an acquirer slot, by result: admitted, or shed (503 overloaded, or the client gave up while waiting).",
@@ -101,8 +106,11 @@ func New() *Metrics {
 		Name: "chargeonce_stuck_oldest_age_seconds",
 		Help: "Age of the oldest processing record whose lease has ended. While recovery passes fail it keeps growing from its last measured value.",
 	}, m.stuckOldestAge)
-	m.reg.MustRegister(m.outcomes, m.operations, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.admission, m.rateLimited, m.rejected,
+	m.reg.MustRegister(m.outcomes, m.operations, m.acquirer, m.stuckCount, stuckOldest, m.passFailures, m.recovered, m.swept, m.expired, m.admission, m.rateLimited, m.rejected,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, outcome := range expiryOutcomes {
+		m.expired.WithLabelValues(outcome) // exported as 0 from the start
+	}
 	for _, reason := range []string{engine.RateLimitedRate, engine.RateLimitedShare} {
 		m.rateLimited.WithLabelValues(reason) // exported as 0 from the start
 	}
@@ -174,6 +182,16 @@ func (m *Metrics) RecoveryPass(p recovery.PassResult) {
 
 // Swept counts the records a sweep deleted.
 func (m *Metrics) Swept(n int) { m.swept.Add(float64(n)) }
+
+// expiryOutcomes are the outcome labels of chargeonce_authorizations_expired_total.
+var expiryOutcomes = []string{"canceled", "pending", "failed", "skipped", "error"}
+
+// Expired counts what a sweep's pass over the expired authorizations did.
+func (m *Metrics) Expired(p recovery.ExpiryPass) {
+	for i, n := range []int{p.Canceled, p.Pending, p.Failed, p.Skipped, p.Errors} {
+		m.expired.WithLabelValues(expiryOutcomes[i]).Add(float64(n))
+	}
+}
 
 // PoolStats describe a store's connection pool at one moment.
 type PoolStats struct {

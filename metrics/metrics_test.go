@@ -21,6 +21,8 @@ func TestOperatorMetrics(t *testing.T) {
 	m.RecoveryPass(recovery.PassResult{Claimed: 1, Settled: 1})
 	m.Swept(1000)
 	m.Swept(7)
+	m.Expired(recovery.ExpiryPass{Canceled: 4, Failed: 2, Skipped: 1})
+	m.Expired(recovery.ExpiryPass{Failed: 1, Errors: 3})
 	m.Admission(0, true)
 	m.Admission(500*time.Millisecond, false)
 	m.Pool(func() metrics.PoolStats {
@@ -37,6 +39,11 @@ func TestOperatorMetrics(t *testing.T) {
 		`chargeonce_recovery_records_total{result="deferred"} 2`,
 		`chargeonce_stuck_records 0`, // the last pass found none
 		`chargeonce_keys_swept_total 1007`,
+		`chargeonce_authorizations_expired_total{outcome="canceled"} 4`,
+		`chargeonce_authorizations_expired_total{outcome="pending"} 0`,
+		`chargeonce_authorizations_expired_total{outcome="failed"} 3`,
+		`chargeonce_authorizations_expired_total{outcome="skipped"} 1`,
+		`chargeonce_authorizations_expired_total{outcome="error"} 3`,
 		`chargeonce_admission_wait_seconds_count{result="admitted"} 1`,
 		`chargeonce_admission_wait_seconds_count{result="shed"} 1`,
 		`chargeonce_admission_wait_seconds_sum{result="shed"} 0.5`,

@@ -240,19 +240,22 @@ func (s *Store) operationComplete(ctx context.Context, p chargeonce.KeyCompleteP
 	return nil
 }
 
-// AuthorizationsExpired lists authorizations older than ttl with no
-// capture or cancel holding them, oldest first, by the partial index on
-// authorized charges (it holds no automatic charge).
-func (s *Store) AuthorizationsExpired(ctx context.Context, ttl time.Duration, limit int) ([]chargeonce.ExpiredAuthorization, error) {
-	if limit <= 0 {
+// AuthorizationsExpired lists authorizations older than p.TTL with no
+// capture or cancel holding them and no failed cancel of the sweeper's, in
+// (created_at, id) order after p.After, by the partial index on
+// authorized charges (it holds no automatic charge); each one's operations
+// are found by the partial indexes on charge_operations (the live ones,
+// and the failed ones of 0024). The page after a cursor is a statement of
+// its own, so that neither shape's plan is a generic one for both.
+func (s *Store) AuthorizationsExpired(ctx context.Context, p chargeonce.AuthorizationsExpiredParams) ([]chargeonce.ExpiredAuthorization, error) {
+	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `
-SELECT c.merchant_id, c.id FROM charges c
-WHERE c.status = 'authorized' AND c.created_at <= now() - $1::interval
-	AND NOT EXISTS (SELECT FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed')
-ORDER BY c.created_at
-LIMIT $2`, ttl, limit)
+	q, args := authorizationsExpiredSQL, []any{p.TTL, p.Limit, chargeonce.ExpiryKeyPrefix}
+	if p.After != nil {
+		q, args = authorizationsExpiredAfterSQL, append(args, p.After.CreatedAt, p.After.ChargeID)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing expired authorizations: %w", translate(err))
 	}
@@ -262,3 +265,22 @@ LIMIT $2`, ttl, limit)
 	}
 	return out, nil
 }
+
+// authorizationsExpiredWhere is the filter of AuthorizationsExpired: $1 the
+// TTL, $3 the sweeper's key prefix.
+const authorizationsExpiredWhere = `
+WHERE c.status = 'authorized' AND c.created_at <= now() - $1::interval
+	AND NOT EXISTS (SELECT FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed')
+	AND NOT EXISTS (SELECT FROM charge_operations o WHERE o.charge_id = c.id AND o.status = 'failed' AND o.idempotency_key = $3 || c.id)`
+
+const (
+	authorizationsExpiredSQL = `
+SELECT c.merchant_id, c.id, c.created_at FROM charges c` + authorizationsExpiredWhere + `
+ORDER BY c.created_at, c.id
+LIMIT $2`
+	authorizationsExpiredAfterSQL = `
+SELECT c.merchant_id, c.id, c.created_at FROM charges c` + authorizationsExpiredWhere + `
+	AND (c.created_at, c.id) > ($4, $5)
+ORDER BY c.created_at, c.id
+LIMIT $2`
+)

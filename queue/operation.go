@@ -75,9 +75,7 @@ func DecodeRequest(h nats.Header, body []byte) (Request, error) {
 		r.ChargeID, r.Refund, err = DecodeRefundRequest(h.Values(HeaderRefundOf), body)
 	case chargeonce.KindCapture:
 		if r.ChargeID, err = chargeOf(HeaderCaptureOf, h.Values(HeaderCaptureOf)); err == nil {
-			if err = decodeOptional(body, &r.Capture); err == nil {
-				err = r.Capture.Normalize()
-			}
+			r.Capture, err = wire.DecodeCaptureBody(body)
 		}
 	case chargeonce.KindCancel:
 		if r.ChargeID, err = chargeOf(HeaderCancelOf, h.Values(HeaderCancelOf)); err == nil {

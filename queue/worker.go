@@ -476,10 +476,7 @@ func DecodeRefundRequest(refundOf []string, body []byte) (string, chargeonce.Ref
 	if err != nil {
 		return "", req, err
 	}
-	if err := decodeOptional(body, &req); err != nil {
-		return "", req, err
-	}
-	if err := req.Normalize(); err != nil {
+	if req, err = wire.DecodeRefundRequest(body); err != nil {
 		return "", req, err
 	}
 	return id, req, nil

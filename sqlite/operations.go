@@ -174,29 +174,34 @@ func operationCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeon
 	return nil
 }
 
-// AuthorizationsExpired lists authorizations older than ttl with no
-// capture or cancel holding them, oldest first, by the partial index on
-// authorized charges.
-func (s *Store) AuthorizationsExpired(ctx context.Context, ttl time.Duration, limit int) ([]chargeonce.ExpiredAuthorization, error) {
-	if limit <= 0 {
+// AuthorizationsExpired lists authorizations older than p.TTL with no
+// capture or cancel holding them and no failed cancel of the sweeper's, in
+// (created_at, id) order after p.After, by the partial index on
+// authorized charges and the partial indexes on charge_operations (the
+// live ones, and the failed ones of 0024).
+func (s *Store) AuthorizationsExpired(ctx context.Context, p chargeonce.AuthorizationsExpiredParams) ([]chargeonce.ExpiredAuthorization, error) {
+	if p.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := s.rdb.QueryContext(ctx, `
-SELECT c.merchant_id, c.id FROM charges c
-WHERE c.status = 'authorized' AND c.created_at <= `+nowMicros+` - ?1
-	AND NOT EXISTS (SELECT 1 FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed')
-ORDER BY c.created_at
-LIMIT ?2`, micros(ttl), limit)
+	q, args := sqlAuthorizationsExpired, []any{micros(p.TTL), p.Limit, chargeonce.ExpiryKeyPrefix}
+	if p.After != nil {
+		q, args = sqlAuthorizationsExpiredAfter, append(args, p.After.CreatedAt.UnixMicro(), p.After.ChargeID)
+	}
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, wrap("listing expired authorizations", err)
 	}
 	defer rows.Close()
 	var out []chargeonce.ExpiredAuthorization
 	for rows.Next() {
-		var a chargeonce.ExpiredAuthorization
-		if err := rows.Scan(&a.MerchantID, &a.ChargeID); err != nil {
+		var (
+			a  chargeonce.ExpiredAuthorization
+			at int64
+		)
+		if err := rows.Scan(&a.MerchantID, &a.ChargeID, &at); err != nil {
 			return nil, wrap("listing expired authorizations", err)
 		}
+		a.CreatedAt = fromMicros(at)
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -204,6 +209,25 @@ LIMIT ?2`, micros(ttl), limit)
 	}
 	return out, nil
 }
+
+// sqlAuthorizationsExpiredWhere is the filter of AuthorizationsExpired: ?1
+// the TTL, ?3 the sweeper's key prefix.
+const sqlAuthorizationsExpiredWhere = `
+WHERE c.status = 'authorized' AND c.created_at <= ` + nowMicros + ` - ?1
+	AND NOT EXISTS (SELECT 1 FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed')
+	AND NOT EXISTS (SELECT 1 FROM charge_operations o WHERE o.charge_id = c.id AND o.status = 'failed' AND o.idempotency_key = ?3 || c.id)`
+
+const (
+	sqlAuthorizationsExpired = `
+SELECT c.merchant_id, c.id, c.created_at FROM charges c` + sqlAuthorizationsExpiredWhere + `
+ORDER BY c.created_at, c.id
+LIMIT ?2`
+	sqlAuthorizationsExpiredAfter = `
+SELECT c.merchant_id, c.id, c.created_at FROM charges c` + sqlAuthorizationsExpiredWhere + `
+	AND (c.created_at, c.id) > (?4, ?5)
+ORDER BY c.created_at, c.id
+LIMIT ?2`
+)
 
 // insertObjectKey inserts, in tx, the idempotency record of a refund or an
 // operation (objectID in its charge_id column) as KeyInsert does a

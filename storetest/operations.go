@@ -440,14 +440,18 @@ func testOperationEventsOnce(t *testing.T, s chargeonce.Store) {
 }
 
 // testAuthorizationsExpired: authorizations older than the TTL are listed,
-// oldest first, until a cancel or capture holds them; automatic charges
-// and young authorizations never are.
+// in (created_at, id) order, after a cursor when given, until a cancel or
+// capture holds them; automatic charges and young authorizations never
+// are. One whose sweeper's cancel (chargeonce.ExpiryKeyPrefix) failed is
+// listed no more; a merchant's own failed cancel does not hide it.
 func testAuthorizationsExpired(t *testing.T, s chargeonce.Store) {
 	capturedCharge(t, s, "m-aexp", 100)
 	a := authorizedCharge(t, s, "m-aexp", 100)
 	time.Sleep(3 * time.Millisecond) // SQLite's clock counts milliseconds
 	b := authorizedCharge(t, s, "m-aexp", 100)
-	young, err := s.AuthorizationsExpired(t.Context(), time.Hour, 100)
+	time.Sleep(3 * time.Millisecond)
+	c := authorizedCharge(t, s, "m-aexp", 100)
+	young, err := s.AuthorizationsExpired(t.Context(), chargeonce.AuthorizationsExpiredParams{TTL: time.Hour, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,28 +461,62 @@ func testAuthorizationsExpired(t *testing.T, s chargeonce.Store) {
 		}
 	}
 	time.Sleep(5 * time.Millisecond)
-	list := func() []string {
+	page := func(after *chargeonce.ExpiredAuthorization) ([]string, []chargeonce.ExpiredAuthorization) {
 		t.Helper()
-		got, err := s.AuthorizationsExpired(t.Context(), time.Millisecond, 100)
+		got, err := s.AuthorizationsExpired(t.Context(), chargeonce.AuthorizationsExpiredParams{TTL: time.Millisecond, Limit: 1000, After: after})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ids []string
+		var (
+			ids  []string
+			mine []chargeonce.ExpiredAuthorization
+		)
 		for _, e := range got {
 			if e.MerchantID == "m-aexp" {
 				ids = append(ids, e.ChargeID)
+				mine = append(mine, e)
 			}
 		}
+		return ids, mine
+	}
+	list := func() []string {
+		t.Helper()
+		ids, _ := page(nil)
 		return ids
 	}
-	if got := list(); len(got) != 2 || got[0] != a.ID || got[1] != b.ID {
-		t.Fatalf("expired authorizations: %v; want %s then %s", got, a.ID, b.ID)
+	got, all := page(nil)
+	if len(got) != 3 || got[0] != a.ID || got[1] != b.ID || got[2] != c.ID {
+		t.Fatalf("expired authorizations: %v; want %s, %s, %s", got, a.ID, b.ID, c.ID)
+	}
+	if !all[0].CreatedAt.Equal(a.CreatedAt) {
+		t.Fatalf("the listed authorization's created_at %v is not the charge's %v", all[0].CreatedAt, a.CreatedAt)
+	}
+	if after, _ := page(&all[0]); len(after) != 2 || after[0] != b.ID || after[1] != c.ID {
+		t.Fatalf("expired authorizations after %s: %v; want %s, %s", a.ID, after, b.ID, c.ID)
+	}
+	if after, _ := page(&all[2]); len(after) != 0 {
+		t.Fatalf("expired authorizations after the last one: %v; want none", after)
 	}
 	insertOperation(t, s, newOperation(a, chargeonce.KindCancel, "sweep-a", 0))
-	if got := list(); len(got) != 1 || got[0] != b.ID {
-		t.Fatalf("expired authorizations once a's cancel is pending: %v; want %s", got, b.ID)
+	if got := list(); len(got) != 2 || got[0] != b.ID || got[1] != c.ID {
+		t.Fatalf("expired authorizations once a's cancel is pending: %v; want %s, %s", got, b.ID, c.ID)
 	}
-	if got, err := s.AuthorizationsExpired(t.Context(), time.Millisecond, 0); err != nil || len(got) != 0 {
+	// b's cancel by its merchant failed: still the sweeper's to try. c's
+	// by the sweeper failed: an operator's, never listed again.
+	for _, f := range []struct {
+		ch  chargeonce.Charge
+		key string
+	}{{b, "merchant-cancel-b"}, {c, chargeonce.ExpiryKeyPrefix + c.ID}} {
+		p := newOperation(f.ch, chargeonce.KindCancel, f.key, 0)
+		rec := insertOperation(t, s, p)
+		if err := completeOperation(t, s, rec, p.Token, chargeonce.OperationFailed); err != nil {
+			t.Fatalf("failing the cancel %s: %v", f.key, err)
+		}
+	}
+	if got := list(); len(got) != 1 || got[0] != b.ID {
+		t.Fatalf("expired authorizations once b's merchant's cancel and c's sweeper's cancel failed: %v; want %s", got, b.ID)
+	}
+	if got, err := s.AuthorizationsExpired(t.Context(), chargeonce.AuthorizationsExpiredParams{TTL: time.Millisecond}); err != nil || len(got) != 0 {
 		t.Fatalf("limit 0: %v, %v", got, err)
 	}
 }

@@ -36,13 +36,40 @@ const (
 // itself when t is nil.
 //
 // Methods of chargeonce.Store this wrapper does not know pass through
-// untraced (the interface is embedded). The result is not a *postgres.Store:
-// code that needs the concrete store (pool statistics) keeps the original.
+// untraced (the interface is embedded). The store's optional capabilities,
+// which code finds by asking the store for them (the webhook sender's
+// chargeonce.ReconStore, the operators' chargeonce.OperatorStore), are kept:
+// a store that has them all (both stores do) is wrapped with them, passing
+// through untraced. The result is not a *postgres.Store: code that needs
+// the concrete store (pool statistics) keeps the original.
 func (t *Tracing) Store(s chargeonce.Store, system string) chargeonce.Store {
 	if t == nil {
 		return s
 	}
-	return &tracedStore{Store: s, tracer: t.tracer, system: semconv.DBSystemNameKey.String(system)}
+	traced := &tracedStore{Store: s, tracer: t.tracer, system: semconv.DBSystemNameKey.String(system)}
+	if c, ok := s.(capableStore); ok {
+		return &tracedCapableStore{tracedStore: traced, OperatorStore: c, ReconStore: c, ReconOps: c}
+	}
+	return traced
+}
+
+// capableStore is a store with every optional capability of the root
+// package (TestTracedStoreKeepsEveryCapability lists them and fails when
+// the stores gain one the wrapper would drop).
+type capableStore interface {
+	chargeonce.Store
+	chargeonce.OperatorStore // with chargeonce.HistoryAppender
+	chargeonce.ReconStore
+	chargeonce.ReconOps
+}
+
+// tracedCapableStore is a tracedStore that keeps the store's optional
+// capabilities: their methods go to the store itself.
+type tracedCapableStore struct {
+	*tracedStore
+	chargeonce.OperatorStore
+	chargeonce.ReconStore
+	chargeonce.ReconOps
 }
 
 type tracedStore struct {

@@ -116,3 +116,51 @@ func equal(a, b chargeonce.ChargeRequest) bool {
 	return a.OrderID == b.OrderID && a.AmountCents == b.AmountCents && a.Currency == b.Currency &&
 		a.PaymentToken == b.PaymentToken && a.Description == b.Description && maps.Equal(a.Metadata, b.Metadata)
 }
+
+// FuzzDecodeOperationAmount: whatever the body of a refund or a capture,
+// the decoders answer a request or a client error (400 or 413), and an
+// accepted request's amount is what the body says: all of it (0) only when
+// the body names no amount_cents, a positive amount otherwise (issue 47.9:
+// {"amount_cents": 0} meant all of it).
+func FuzzDecodeOperationAmount(f *testing.F) {
+	for _, s := range []string{
+		``, ` `, `{}`, `{"amount_cents": 0}`, `{"amount_cents": -0}`, `{"amount_cents": 0.0}`, `{"amount_cents": null}`,
+		`{"amount_cents": 1}`, `{"amount_cents": -5}`, `{"amount_cents": 9223372036854775807}`, `{"amount_c\u0065nts": 0}`,
+		`{"reason": "x"}`, `{"amount_cents": 0, "reason": "x"}`, `{"Amount_Cents": 0}`, `{"amount_cents": 1, "amount_cents": 0}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		refund, rerr := wire.DecodeRefundRequest(body)
+		capture, cerr := wire.DecodeCaptureBody(body)
+		for _, c := range []struct {
+			what   string
+			amount int64
+			err    error
+		}{{"refund", refund.AmountCents, rerr}, {"capture", capture.AmountCents, cerr}} {
+			if c.err != nil {
+				if code := chargeonce.ErrorCode(c.err); code != chargeonce.EINVALID && code != chargeonce.ETOOLARGE {
+					t.Fatalf("%s %q: %v (code %s); want a client error", c.what, body, c.err, code)
+				}
+				continue
+			}
+			if strings.TrimSpace(string(body)) == "" {
+				if c.amount != 0 {
+					t.Fatalf("%s of an empty body: amount %d, want 0 (all of it)", c.what, c.amount)
+				}
+				continue
+			}
+			var fields map[string]json.RawMessage
+			if err := json.Unmarshal(body, &fields); err != nil {
+				t.Fatalf("%s %q accepted, but encoding/json cannot read it: %v", c.what, body, err)
+			}
+			raw, named := fields["amount_cents"]
+			switch {
+			case !named && c.amount != 0:
+				t.Fatalf("%s %q names no amount_cents, yet its amount is %d", c.what, body, c.amount)
+			case named && c.amount <= 0:
+				t.Fatalf("%s %q names amount_cents %s, accepted as %d: all of it", c.what, body, raw, c.amount)
+			}
+		}
+	})
+}

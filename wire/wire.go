@@ -54,6 +54,74 @@ func DecodeChargeRequest(body []byte) (chargeonce.ChargeRequest, error) {
 	return req, nil
 }
 
+// DecodeRefundRequest decodes and validates the body of a refund request
+// (POST /v1/charges/{id}/refunds, or a queue message with
+// Chargeonce-Refund-Of). An empty body, or one without amount_cents,
+// refunds what remains; an amount given must be positive (see
+// decodeOperation). Errors are EINVALID (naming the field) or ETOOLARGE.
+func DecodeRefundRequest(body []byte) (chargeonce.RefundRequest, error) {
+	var req chargeonce.RefundRequest
+	if err := decodeOperation(body, &req, &req.AmountCents, "refund what remains"); err != nil {
+		return chargeonce.RefundRequest{}, err
+	}
+	if err := req.Normalize(); err != nil {
+		return chargeonce.RefundRequest{}, err
+	}
+	return req, nil
+}
+
+// DecodeCaptureBody decodes and validates the body of a capture
+// (POST /v1/charges/{id}/capture, or a queue message with
+// Chargeonce-Capture-Of). An empty body, or one without amount_cents,
+// captures the whole authorization; an amount given must be positive (see
+// decodeOperation). Errors are EINVALID (naming the field) or ETOOLARGE.
+func DecodeCaptureBody(body []byte) (chargeonce.CaptureBody, error) {
+	var req chargeonce.CaptureBody
+	if err := decodeOperation(body, &req, &req.AmountCents, "capture the whole authorization"); err != nil {
+		return chargeonce.CaptureBody{}, err
+	}
+	if err := req.Normalize(); err != nil {
+		return chargeonce.CaptureBody{}, err
+	}
+	return req, nil
+}
+
+// decodeOperation decodes the body of a refund or a capture strictly into
+// dst, whose amount (amount_cents) is *amount; a body that is empty or
+// only white space leaves dst as it is, as {} would. The domain types keep
+// an amount left out as 0, "all of it", so a 0 sent would mean all of it
+// too ({"amount_cents": 0} once refunded the whole charge): when the
+// amount decoded is not positive the body is read once more for whether it
+// names amount_cents, and an amount given that is not positive (0, a
+// negative, null) is refused, naming the field. all says what leaving it
+// out does.
+func decodeOperation(body []byte, dst any, amount *int64, all string) error {
+	if len(body) > MaxBodyBytes {
+		return TooLarge()
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	if err := Decode(body, dst); err != nil {
+		return err
+	}
+	if *amount > 0 {
+		return nil
+	}
+	// The strict read above accepted the body: this one only looks for the
+	// name, whatever its value (null too, which the strict read took as 0).
+	var named struct {
+		AmountCents jsontext.Value `json:"amount_cents"`
+	}
+	if err := json.Unmarshal(body, &named); err != nil {
+		return chargeonce.Errorf(chargeonce.EINVALID, "the body could not be decoded: %v", err)
+	}
+	if len(named.AmountCents) == 0 {
+		return nil
+	}
+	return chargeonce.FieldError("amount_cents", "amount_cents must be a positive 64-bit integer (at least 1), or left out to %s; got %s", all, named.AmountCents)
+}
+
 // TooLarge is the error for a body over MaxBodyBytes.
 func TooLarge() error {
 	return chargeonce.Errorf(chargeonce.ETOOLARGE, "the body is larger than %d bytes", MaxBodyBytes)

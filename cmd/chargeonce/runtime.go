@@ -179,7 +179,7 @@ func (f *runtimeFlags) open(ctx context.Context, log *slog.Logger, merchantRates
 		metrics:  m,
 		rescuer:  recovery.NewRescuer(store, eng, recovery.RescuerOptions{Every: f.reconcileEvery, Logger: log, OnPass: m.RecoveryPass, OnFailure: m.RecoveryPassFailed}),
 		sweeper: recovery.NewSweeper(store, recovery.SweeperOptions{Every: f.sweepEvery, Logger: log, OnSweep: m.Swept,
-			Canceler: eng, AuthorizationTTL: f.authorizationTTL}),
+			OnExpire: m.Expired, Canceler: eng, AuthorizationTTL: f.authorizationTTL}),
 		sender: sender,
 	}, nil
 }
@@ -244,8 +244,8 @@ func (r *runtime) stop() {
 func (r *runtime) close() { r.store.Close() }
 
 // operators is the store itself, under the spans of r.store: the operators'
-// store and the charges' history are interfaces of the store that the traced
-// wrapper does not carry.
+// calls (and the charges' history) go to the store untraced, as the traced
+// wrapper would send them anyway.
 func (r *runtime) operators() chargeonce.Store { return r.raw }
 
 // metricsMaxConns caps the connections of --metrics-addr: scrapers and an

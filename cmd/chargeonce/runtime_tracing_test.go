@@ -39,6 +39,18 @@ func TestTracingKeepsOperatorsAndHistory(t *testing.T) {
 			if historyOf(rt.operators()) == nil {
 				t.Errorf("the engine's history is off: %T appends none", rt.operators())
 			}
+			// The webhook sender and the API read events' objects through
+			// the traced store: a reconciliation.completed event's is a
+			// ReconStore's.
+			for name, iface := range map[string]func(chargeonce.Store) bool{
+				"ReconStore":    func(s chargeonce.Store) bool { _, ok := s.(chargeonce.ReconStore); return ok },
+				"ReconOps":      func(s chargeonce.Store) bool { _, ok := s.(chargeonce.ReconOps); return ok },
+				"OperatorStore": func(s chargeonce.Store) bool { _, ok := s.(chargeonce.OperatorStore); return ok },
+			} {
+				if !iface(rt.store) {
+					t.Errorf("the traced store (%T) is no %s", rt.store, name)
+				}
+			}
 		})
 	}
 }
