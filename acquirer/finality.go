@@ -71,14 +71,7 @@ func send[T any](ctx context.Context, s *Simulator, delay time.Duration, land fu
 	}
 	// Added under s.mu while not closed, so it happens before Close's Wait.
 	s.wg.Go(func() {
-		if delay > 0 {
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-s.closing:
-				t.Stop()
-			}
-		}
+		s.wait(delay)
 		v, err := land()
 		done <- answer{v, err}
 	})

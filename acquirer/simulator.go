@@ -387,14 +387,7 @@ func (s *Simulator) execute(ref *reference, r *run) {
 	if r.token == TokenSlow {
 		delay += s.opts.Slow
 	}
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-s.closing:
-			t.Stop()
-		}
-	}
+	s.wait(delay)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -437,6 +430,20 @@ func (s *Simulator) execute(ref *reference, r *run) {
 	s.byOrder[k] = append(s.byOrder[k], c)
 	s.ledger.addCapture(c)
 	r.result = c.Result()
+}
+
+// wait sleeps for d, whoever waits for the request; Close cuts it short:
+// the simulator finishes at once the requests it accepted.
+func (s *Simulator) wait(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closing:
+	}
 }
 
 // pause sleeps for d unless ctx ends first; Close cuts it short.

@@ -181,22 +181,30 @@ func (s *Server) handleListEndpoints(w http.ResponseWriter, r *http.Request) {
 // shows it (no secret); 404 for none or another merchant's. A merchant has
 // at most chargeonce.MaxWebhookEndpoints, so it is found in their list.
 func (s *Server) handleGetEndpoint(w http.ResponseWriter, r *http.Request) {
+	if e, ok := s.merchantEndpoint(w, r); ok {
+		s.writeValue(w, http.StatusOK, endpointOut(e, false))
+	}
+}
+
+// merchantEndpoint reads the request's merchant's endpoint {id} from their
+// list (a merchant has at most chargeonce.MaxWebhookEndpoints), or answers
+// the error: 404 for none or another merchant's.
+func (s *Server) merchantEndpoint(w http.ResponseWriter, r *http.Request) (chargeonce.WebhookEndpoint, bool) {
 	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
 	if !ok {
-		return
+		return chargeonce.WebhookEndpoint{}, false
 	}
 	eps, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
 	if err != nil {
 		s.writeError(w, r, err)
-		return
+		return chargeonce.WebhookEndpoint{}, false
 	}
-	for _, e := range eps {
-		if e.ID == id {
-			s.writeValue(w, http.StatusOK, endpointOut(e, false))
-			return
-		}
+	i := slices.IndexFunc(eps, func(e chargeonce.WebhookEndpoint) bool { return e.ID == id })
+	if i < 0 {
+		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
+		return chargeonce.WebhookEndpoint{}, false
 	}
-	s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
+	return eps[i], true
 }
 
 func (s *Server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
@@ -493,26 +501,16 @@ func (s *Server) handleRecoverEndpoint(w http.ResponseWriter, r *http.Request) {
 // how it went; it is neither recorded nor retried. A merchant has at most
 // webhook.MaxTestsInFlight under way: 429 beyond.
 func (s *Server) handleTestEndpoint(w http.ResponseWriter, r *http.Request) {
-	merchant, id, ok := s.webhookTarget(w, r, "webhook endpoint")
+	e, ok := s.merchantEndpoint(w, r)
 	if !ok {
 		return
 	}
-	eps, err := s.store.WebhookEndpointsList(r.Context(), merchant.ID)
+	evID, a, err := s.tester.Send(r.Context(), e)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	i := slices.IndexFunc(eps, func(e chargeonce.WebhookEndpoint) bool { return e.ID == id })
-	if i < 0 {
-		s.writeError(w, r, chargeonce.Errorf(chargeonce.ENOTFOUND, "no webhook endpoint has that id"))
-		return
-	}
-	evID, a, err := s.tester.Send(r.Context(), eps[i])
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	a.EventID, a.EndpointID = evID, id
+	a.EventID, a.EndpointID = evID, e.ID
 	out := attemptsOut([]chargeonce.WebhookAttempt{a})[0]
 	s.writeValue(w, http.StatusOK, map[string]any{"object": "webhook_test", "event": evID, "type": chargeonce.EventTest,
 		"delivered": a.StatusCode >= 200 && a.StatusCode < 300, "status_code": out.StatusCode, "error": out.Error, "latency_ms": out.LatencyMS})
