@@ -28,7 +28,7 @@ run: ## run the service on the embedded SQLite default
 test: ## the README's test command: installs PgBouncer and Chromium when missing, then go test -race ./... but the full tier
 	./scripts/test.sh
 
-test-full: ## the full tier CI runs besides: the HA chaos test (installs Patroni and etcd when missing; about 3 minutes)
+test-full: ## the full tier CI runs besides: the HA chaos test (installs Patroni and etcd when missing; about 3 minutes) and the wall-clock fairness tests
 	./scripts/test.sh --full
 
 test-v: ## the tests, printing their measurements (latencies, counts)

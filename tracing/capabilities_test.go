@@ -40,6 +40,8 @@ var rootInterfaces = map[string]reflect.Type{
 	"ManualCapturer":  reflect.TypeFor[chargeonce.ManualCapturer](),
 	"Refunder":        reflect.TypeFor[chargeonce.Refunder](),
 	"Ledger":          reflect.TypeFor[chargeonce.Ledger](),
+	"Finality":        reflect.TypeFor[chargeonce.Finality](),
+	"Fencer":          reflect.TypeFor[chargeonce.Fencer](),
 }
 
 // TestTracedStoreKeepsEveryCapability (issue 47.10): with tracing on,
