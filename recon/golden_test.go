@@ -173,7 +173,9 @@ func TestGoldenReport(t *testing.T) {
 			c := e.record(t, chargeonce.StatusCaptured, 2500, "BRL")
 			e.ledgerCapture("pi_mangled_"+idempotency.NewToken(), c.ID, 2400)
 		},
-		func() { e.ledgerCapture("pi_broken_build_"+idempotency.NewToken(), e.charge(t, acquirer.TokenOK), 2500) },
+		func() {
+			e.ledgerCapture("pi_broken_build_"+idempotency.NewToken(), e.charge(t, acquirer.TokenOK), 2500)
+		},
 		func() { e.ledgerCapture("pi_stranger_"+idempotency.NewToken(), idempotency.NewChargeID(), 2500) },
 	}
 	for _, s := range scenarios {

@@ -178,25 +178,24 @@ func (r *run) refundsOf(ctx context.Context, ref string, ids []string) ([]charge
 	}
 	p := chargeonce.ReconRefundsParams{From: pointRange.from, To: pointRange.to, AfterCharge: ref, ChargeMax: ref + "\x01", Limit: r.opts.PageSize}
 	var out []chargeonce.Refund
-	for {
+	refunds := pages(ctx, p, func(ctx context.Context, p chargeonce.ReconRefundsParams) ([]chargeonce.Refund, chargeonce.ReconRefundsParams, bool, error) {
 		page, err := r.store.RefundsListByChargeReference(ctx, p)
+		if err != nil || len(page) == 0 {
+			return nil, p, false, err
+		}
+		last := page[len(page)-1]
+		p.AfterCharge, p.AfterID = last.ChargeID, last.ID
+		return page, p, len(page) == p.Limit && last.ChargeID == ref, nil
+	})
+	for rf, err := range refunds {
 		if err != nil {
 			return nil, fmt.Errorf("recon: reading our refunds of %q: %w", ref, err)
 		}
-		for _, rf := range page {
-			if rf.ChargeID == ref && slices.Contains(ids, rf.ID) {
-				out = append(out, rf)
-			}
+		if rf.ChargeID == ref && slices.Contains(ids, rf.ID) {
+			out = append(out, rf)
 		}
-		if len(page) < p.Limit {
-			return out, nil
-		}
-		last := page[len(page)-1]
-		if last.ChargeID != ref {
-			return out, nil
-		}
-		p.AfterCharge, p.AfterID = last.ChargeID, last.ID
 	}
+	return out, nil
 }
 
 // opOf returns our capture or cancel of the authorization ref, pending or
@@ -274,18 +273,13 @@ func (r *run) scanLedger(ctx context.Context, from, to time.Time, keep func(char
 	if !from.Before(to) {
 		return nil
 	}
-	s := &ledgerStream{ledger: r.ledger, p: chargeonce.LedgerParams{From: from, To: to, Limit: r.opts.PageSize}}
-	for {
-		e, err := s.peek(ctx)
+	for e, err := range ledgerPages(ctx, r.ledger, chargeonce.LedgerParams{From: from, To: to, Limit: r.opts.PageSize}) {
 		if err != nil {
 			return err
 		}
-		if e == nil {
-			return nil
-		}
-		keep(*e)
-		s.next()
+		keep(e)
 	}
+	return nil
 }
 
 // noteFound notes a reference joined with what was found of it outside
