@@ -73,10 +73,10 @@ type vocabulary struct {
 	openSeen  string // ours open, the acquirer shows it, within the window
 	stale     string // the same past the window
 	openYoung string // ours open, the acquirer shows nothing, within the window
-	// amounts compares what did it first with ours, beside the currency
-	// (nil: nothing to compare); settledOnly compares them only when ours
-	// moved money.
-	amounts     func(o *object, c chargeonce.LedgerEntry, emit func(Mismatch, Type, string))
+	// amounts says which amounts must agree with what did it first,
+	// beside the currency; settledOnly compares them only when ours moved
+	// money.
+	amounts     amounts
 	settledOnly bool
 	currency    string
 	duplicate   string // it did it more than once
@@ -95,7 +95,7 @@ var vocabularies = map[chargeonce.LedgerKind]*vocabulary{
 		openSeen:  "processing with us; the acquirer has settled it {theirs}",
 		stale:     "still processing with us past the settlement window; the acquirer has it {theirs}",
 		openYoung: "processing with us; the acquirer shows nothing yet",
-		amounts:   captureAmounts,
+		amounts:   chargeAmounts,
 		currency:  "we recorded {our_currency}, the acquirer captured {their_currency}",
 		duplicate: "the acquirer captured {n} times under one reference",
 	},
@@ -116,11 +116,7 @@ var vocabularies = map[chargeonce.LedgerKind]*vocabulary{
 		openSeen:  "pending with us; the acquirer has it {theirs}",
 		stale:     "still pending with us past the settlement window; the acquirer has it {theirs}",
 		openYoung: "pending with us; the acquirer shows nothing yet",
-		amounts: func(o *object, c chargeonce.LedgerEntry, emit func(Mismatch, Type, string)) {
-			if c.AmountCents != o.amount {
-				emit(o.m, AmountMismatch, fmt.Sprintf("we refunded %d, the acquirer %d (minor units)", o.amount, c.AmountCents))
-			}
-		},
+		amounts:   refundAmount,
 		currency:  "we refunded in {our_currency}, the acquirer in {their_currency}",
 		duplicate: "the acquirer refunded {n} times under one refund reference",
 	},
@@ -134,7 +130,7 @@ var vocabularies = map[chargeonce.LedgerKind]*vocabulary{
 		openSeen:    "our {kind} is pending; the acquirer has settled the authorization ({theirs})",
 		stale:       "our {kind} is still pending past the settlement window; the acquirer has settled the authorization ({theirs})",
 		openYoung:   "our {kind} is pending; the acquirer shows nothing yet",
-		amounts:     manualCaptureAmounts,
+		amounts:     captureAmounts,
 		settledOnly: true,
 		currency:    "we captured in {our_currency}, the acquirer in {their_currency}",
 		duplicate:   "the acquirer captured the authorization {n} times",
@@ -152,39 +148,58 @@ var vocabularies = map[chargeonce.LedgerKind]*vocabulary{
 	},
 }
 
-// captureAmounts: the charge's amount, and its captured_cents when set
-// (an automatic charge has none: NULL; one set bounds its refunds).
-func captureAmounts(o *object, c chargeonce.LedgerEntry, emit func(Mismatch, Type, string)) {
-	our := o.charge
-	if c.AmountCents != our.AmountCents {
-		emit(o.m, AmountMismatch, fmt.Sprintf("we recorded %d, the acquirer captured %d (minor units)", our.AmountCents, c.AmountCents))
-	} else if our.CapturedCents != 0 && our.CapturedCents != c.AmountCents {
-		m := o.m
-		m.OurAmountCents = our.CapturedCents
-		emit(m, AmountMismatch, fmt.Sprintf("the charge's captured_cents is %d (it bounds its refunds); the acquirer captured %d (minor units)", our.CapturedCents, c.AmountCents))
-	}
-}
+// amounts is which amounts of ours must agree with the acquirer's.
+type amounts int
 
-// manualCaptureAmounts: our capture's amount, and what the charge shows
-// captured (captured_cents: what the API answers and what bounds its
-// refunds), against the acquirer's.
-func manualCaptureAmounts(o *object, c chargeonce.LedgerEntry, emit func(Mismatch, Type, string)) {
-	our, id := o.charge, o.m.ObjectReference
+const (
+	// noAmounts: none (an authorization, a void).
+	noAmounts amounts = iota
+	// chargeAmounts: the charge's amount, and its captured_cents when set
+	// (an automatic charge has none: NULL; one set bounds its refunds).
+	chargeAmounts
+	// refundAmount: the refund's amount.
+	refundAmount
+	// captureAmounts: our capture's amount, and what the charge shows
+	// captured (captured_cents: what the API answers and what bounds its
+	// refunds).
+	captureAmounts
+)
+
+// compareAmounts reports how the amounts a of ours differ from c's; it
+// returns how many mismatches.
+func (r *run) compareAmounts(a amounts, o *object, c chargeonce.LedgerEntry) int {
+	our, m := o.charge, o.m
 	switch {
-	case c.AmountCents != o.amount:
+	case a == noAmounts:
+		return 0
+	case a == refundAmount && c.AmountCents != o.amount:
+		m.Detail = fmt.Sprintf("we refunded %d, the acquirer %d (minor units)", o.amount, c.AmountCents)
+	case a == chargeAmounts && c.AmountCents != our.AmountCents:
+		m.Detail = fmt.Sprintf("we recorded %d, the acquirer captured %d (minor units)", our.AmountCents, c.AmountCents)
+	case a == chargeAmounts && our.CapturedCents != 0 && our.CapturedCents != c.AmountCents:
+		m.OurAmountCents = our.CapturedCents
+		m.Detail = fmt.Sprintf("the charge's captured_cents is %d (it bounds its refunds); the acquirer captured %d (minor units)", our.CapturedCents, c.AmountCents)
+	case a == captureAmounts && c.AmountCents != o.amount:
 		shown := ""
 		if our != nil && our.AmountCaptured() != o.amount {
 			shown = fmt.Sprintf("; the charge shows %d captured", our.AmountCaptured())
 		}
-		emit(o.m, AmountMismatch, fmt.Sprintf("we captured %d, the acquirer %d of the authorization (minor units)%s", o.amount, c.AmountCents, shown))
-	case our != nil && our.Status != chargeonce.StatusCaptured:
-		emit(o.m, StatusMismatch, fmt.Sprintf("our capture %s and the acquirer's (%d) succeeded, but the charge shows %s", id, c.AmountCents, our.Status))
-	case our != nil && our.CapturedCents != c.AmountCents:
-		m := o.m
+		m.Detail = fmt.Sprintf("we captured %d, the acquirer %d of the authorization (minor units)%s", o.amount, c.AmountCents, shown)
+	case a == captureAmounts && our != nil && our.Status != chargeonce.StatusCaptured:
+		m.Type = StatusMismatch
+		m.Detail = fmt.Sprintf("our capture %s and the acquirer's (%d) succeeded, but the charge shows %s", m.ObjectReference, c.AmountCents, our.Status)
+	case a == captureAmounts && our != nil && our.CapturedCents != c.AmountCents:
 		m.OurAmountCents = our.CapturedCents
-		emit(m, AmountMismatch, fmt.Sprintf("the charge shows %d captured (captured_cents, which bounds its refunds); our capture %s and the acquirer captured %d (minor units)",
-			our.CapturedCents, id, c.AmountCents))
+		m.Detail = fmt.Sprintf("the charge shows %d captured (captured_cents, which bounds its refunds); our capture %s and the acquirer captured %d (minor units)",
+			our.CapturedCents, m.ObjectReference, c.AmountCents)
+	default:
+		return 0
 	}
+	if m.Type == "" {
+		m.Type = AmountMismatch
+	}
+	r.add(m)
+	return 1
 }
 
 // compare reports what differs between the object's two sides, in the
@@ -230,9 +245,7 @@ func (r *run) compare(v *vocabulary, o *object) int {
 		return found
 	}
 	c := o.did[0]
-	if v.amounts != nil {
-		v.amounts(o, c, emit)
-	}
+	found += r.compareAmounts(v.amounts, o, c)
 	if v.currency != "" && !strings.EqualFold(c.Currency, o.currency) {
 		say(o.m, CurrencyMismatch, v.currency)
 	}
@@ -271,12 +284,12 @@ func theirSide(m *Mismatch, entries, did []chargeonce.LedgerEntry) *chargeonce.L
 	if len(entries) == 0 {
 		return nil
 	}
-	shown := entries[0]
+	shown := &entries[0]
 	if len(did) > 0 {
-		shown = did[0]
+		shown = &did[0]
 	}
 	m.AcquirerStatus, m.AcquirerAmountCents, m.AcquirerCurrency = shown.Status, shown.AmountCents, shown.Currency
-	return &shown
+	return shown
 }
 
 // ourSide shows our record in m.
