@@ -206,12 +206,11 @@ func (r *run) compareAmounts(a amounts, o *object, c chargeonce.LedgerEntry) int
 // kind's words; it returns how many mismatches.
 func (r *run) compare(v *vocabulary, o *object) int {
 	found := 0
-	emit := func(m Mismatch, t Type, detail string) {
-		m.Type, m.Detail = t, detail
+	say := func(m Mismatch, t Type, phrase string) {
+		m.Type, m.Detail = t, r.fill(phrase, o, &m)
 		r.add(m)
 		found++
 	}
-	say := func(m Mismatch, t Type, phrase string) { emit(m, t, r.fill(phrase, o, &m)) }
 	young := o.standing != absent && r.now.Sub(o.since) < r.opts.SettlementWindow
 	switch s := o.standing; {
 	case s == absent:

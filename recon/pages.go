@@ -121,22 +121,23 @@ func ledgerPages(ctx context.Context, ledger chargeonce.Ledger, p chargeonce.Led
 	})
 }
 
-// head reads a sequence one item ahead: one side of the merge join.
+// head reads a sequence one item ahead: one side of the merge join, in
+// the order of its items' charge reference (ref).
 type head[T any] struct {
 	next func() (T, error, bool)
+	ref  func(*T) string
 	v    T
 	ok   bool // v is the head
 	done bool
 }
 
-// pull reads seq through a head; stop releases it.
-func pull[T any](seq iter.Seq2[T, error]) (h *head[T], stop func()) {
+// pull reads seq, ordered by ref, through a head; stop releases it.
+func pull[T any](seq iter.Seq2[T, error], ref func(*T) string) (h *head[T], stop func()) {
 	next, stop := iter.Pull2(seq)
-	return &head[T]{next: next}, stop
+	return &head[T]{next: next, ref: ref}, stop
 }
 
-// peek returns the head, nil at the end of the sequence. The item is the
-// head's until take: a caller keeping it copies it.
+// peek returns the head, nil at the end of the sequence.
 func (h *head[T]) peek() (*T, error) {
 	if !h.ok && !h.done {
 		v, err, ok := h.next()
@@ -156,21 +157,45 @@ func (h *head[T]) peek() (*T, error) {
 	return &h.v, nil
 }
 
-// take moves past the head.
-func (h *head[T]) take() { h.ok = false }
+// headRef returns the charge reference at the head; ok is false at the
+// end of the sequence.
+func (h *head[T]) headRef() (ref string, ok bool, err error) {
+	v, err := h.peek()
+	if err != nil || v == nil {
+		return "", false, err
+	}
+	return h.ref(v), true, nil
+}
 
-// takeRef appends to dst, and takes off h, the items at its head whose
-// charge reference (refOf an item) is ref.
-func takeRef[T any](h *head[T], ref string, dst []T, refOf func(*T) string) ([]T, error) {
+// take appends to dst, and takes off the head, the items whose charge
+// reference is ref.
+func (h *head[T]) take(ref string, dst []T) ([]T, error) {
 	for {
 		v, err := h.peek()
 		if err != nil {
 			return dst, err
 		}
-		if v == nil || refOf(v) != ref {
+		if v == nil || h.ref(v) != ref {
 			return dst, nil
 		}
 		dst = append(dst, *v)
-		h.take()
+		h.ok = false
 	}
+}
+
+// nextRef returns the least charge reference at the heads of the sides;
+// ok is false when every side is at its end.
+func nextRef(sides ...interface {
+	headRef() (string, bool, error)
+}) (ref string, ok bool, err error) {
+	for _, s := range sides {
+		r, more, err := s.headRef()
+		if err != nil {
+			return "", false, err
+		}
+		if more && (!ok || r < ref) {
+			ref, ok = r, true
+		}
+	}
+	return ref, ok, nil
 }

@@ -130,67 +130,45 @@ func Run(ctx context.Context, store chargeonce.ReconStore, ledger chargeonce.Led
 		cp.IDMin, cp.IDMax = chargeIDBound(from.Add(-IDClockSkew)), chargeIDBound(to.Add(IDClockSkew))
 		rp.ChargeMax, op.ChargeMax = cp.IDMax, cp.IDMax
 	}
-	ours, stop := pull(chargePages(ctx, store, cp))
+	ours, stop := pull(chargePages(ctx, store, cp), func(c *chargeonce.Charge) string { return c.ID })
 	defer stop()
-	refunds, stop := pull(refundPages(ctx, store, rp))
+	refunds, stop := pull(refundPages(ctx, store, rp), func(rf *chargeonce.Refund) string { return rf.ChargeID })
 	defer stop()
-	ops, stop := pull(opPages(ctx, store, op))
+	ops, stop := pull(opPages(ctx, store, op), func(o *chargeonce.ReconOperation) string { return o.ChargeID })
 	defer stop()
-	theirs, stop := pull(ledgerPages(ctx, ledger, chargeonce.LedgerParams{From: from, To: to, Limit: opts.PageSize}))
+	theirs, stop := pull(ledgerPages(ctx, ledger, chargeonce.LedgerParams{From: from, To: to, Limit: opts.PageSize}),
+		func(e *chargeonce.LedgerEntry) string { return e.ChargeReference })
 	defer stop()
 
 	var (
+		charges   []chargeonce.Charge
 		group     []chargeonce.LedgerEntry
 		ourRefund []chargeonce.Refund
 		ourOps    []chargeonce.ReconOperation
 	)
 	for {
-		oc, err := ours.peek()
+		ref, ok, err := nextRef(ours, refunds, ops, theirs)
 		if err != nil {
 			return nil, err
 		}
-		or, err := refunds.peek()
-		if err != nil {
-			return nil, err
-		}
-		oo, err := ops.peek()
-		if err != nil {
-			return nil, err
-		}
-		le, err := theirs.peek()
-		if err != nil {
-			return nil, err
-		}
-		if oc == nil && or == nil && oo == nil && le == nil {
+		if !ok {
 			break
 		}
-		var refs []string
-		if oc != nil {
-			refs = append(refs, oc.ID)
-		}
-		if or != nil {
-			refs = append(refs, or.ChargeID)
-		}
-		if oo != nil {
-			refs = append(refs, oo.ChargeID)
-		}
-		if le != nil {
-			refs = append(refs, le.ChargeReference)
-		}
-		ref := slices.Min(refs)
 		var our *chargeonce.Charge
-		if oc != nil && oc.ID == ref {
-			c := *oc
+		if charges, err = ours.take(ref, charges[:0]); err != nil {
+			return nil, err
+		}
+		if len(charges) > 0 {
+			c := charges[0]
 			our = &c
-			ours.take()
 		}
-		if ourRefund, err = takeRef(refunds, ref, ourRefund[:0], func(r *chargeonce.Refund) string { return r.ChargeID }); err != nil {
+		if ourRefund, err = refunds.take(ref, ourRefund[:0]); err != nil {
 			return nil, err
 		}
-		if ourOps, err = takeRef(ops, ref, ourOps[:0], func(o *chargeonce.ReconOperation) string { return o.ChargeID }); err != nil {
+		if ourOps, err = ops.take(ref, ourOps[:0]); err != nil {
 			return nil, err
 		}
-		if group, err = takeRef(theirs, ref, group[:0], func(e *chargeonce.LedgerEntry) string { return e.ChargeReference }); err != nil {
+		if group, err = theirs.take(ref, group[:0]); err != nil {
 			return nil, err
 		}
 		if our == nil && (len(ourRefund) > 0 || len(ourOps) > 0 || len(group) > 0) {
