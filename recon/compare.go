@@ -43,11 +43,8 @@ type object struct {
 	// the kind, and both sides as shown.
 	m        Mismatch
 	standing standing
-	// since ages ours for the settlement window; amount and currency are
-	// ours.
-	since    time.Time
-	amount   int64
-	currency string
+	// since ages ours for the settlement window.
+	since time.Time
 	// charge is our charge the object belongs to (nil when we have none):
 	// what a kind's amounts check beside the object's own.
 	charge *chargeonce.Charge
@@ -61,8 +58,9 @@ type object struct {
 // placeholders: {n} how many entries did it, {age} how old ours is,
 // {ours} and {theirs} the statuses shown, {kind} the mismatch's kind,
 // {their_amount} the acquirer's amount shown, {our_currency} and
-// {their_currency}. An empty phrase is a difference the kind does not
-// have.
+// {their_currency}. A kind whose currency or duplicate is empty does not
+// compare it; its other empty phrases are for states its objects never
+// reach (an authorization is always unmoved).
 type vocabulary struct {
 	unknown   string // we have none; the acquirer did it
 	young     string // ours moved money, the acquirer shows nothing, within the window
@@ -172,19 +170,19 @@ func (r *run) compareAmounts(a amounts, o *object, c chargeonce.LedgerEntry) int
 	switch {
 	case a == noAmounts:
 		return 0
-	case a == refundAmount && c.AmountCents != o.amount:
-		m.Detail = fmt.Sprintf("we refunded %d, the acquirer %d (minor units)", o.amount, c.AmountCents)
+	case a == refundAmount && c.AmountCents != o.m.OurAmountCents:
+		m.Detail = fmt.Sprintf("we refunded %d, the acquirer %d (minor units)", o.m.OurAmountCents, c.AmountCents)
 	case a == chargeAmounts && c.AmountCents != our.AmountCents:
 		m.Detail = fmt.Sprintf("we recorded %d, the acquirer captured %d (minor units)", our.AmountCents, c.AmountCents)
 	case a == chargeAmounts && our.CapturedCents != 0 && our.CapturedCents != c.AmountCents:
 		m.OurAmountCents = our.CapturedCents
 		m.Detail = fmt.Sprintf("the charge's captured_cents is %d (it bounds its refunds); the acquirer captured %d (minor units)", our.CapturedCents, c.AmountCents)
-	case a == captureAmounts && c.AmountCents != o.amount:
+	case a == captureAmounts && c.AmountCents != o.m.OurAmountCents:
 		shown := ""
-		if our != nil && our.AmountCaptured() != o.amount {
+		if our != nil && our.AmountCaptured() != o.m.OurAmountCents {
 			shown = fmt.Sprintf("; the charge shows %d captured", our.AmountCaptured())
 		}
-		m.Detail = fmt.Sprintf("we captured %d, the acquirer %d of the authorization (minor units)%s", o.amount, c.AmountCents, shown)
+		m.Detail = fmt.Sprintf("we captured %d, the acquirer %d of the authorization (minor units)%s", o.m.OurAmountCents, c.AmountCents, shown)
 	case a == captureAmounts && our != nil && our.Status != chargeonce.StatusCaptured:
 		m.Type = StatusMismatch
 		m.Detail = fmt.Sprintf("our capture %s and the acquirer's (%d) succeeded, but the charge shows %s", m.ObjectReference, c.AmountCents, our.Status)
@@ -245,7 +243,7 @@ func (r *run) compare(v *vocabulary, o *object) int {
 	}
 	c := o.did[0]
 	found += r.compareAmounts(v.amounts, o, c)
-	if v.currency != "" && !strings.EqualFold(c.Currency, o.currency) {
+	if v.currency != "" && !strings.EqualFold(c.Currency, o.m.OurCurrency) {
 		say(o.m, CurrencyMismatch, v.currency)
 	}
 	if v.duplicate != "" && len(o.did) > 1 {
@@ -269,7 +267,7 @@ func (r *run) fill(phrase string, o *object, m *Mismatch) string {
 		"{age}", r.now.Sub(o.since).Round(time.Second).String(),
 		"{ours}", m.OurStatus, "{theirs}", m.AcquirerStatus, "{kind}", string(m.Kind),
 		"{their_amount}", strconv.FormatInt(m.AcquirerAmountCents, 10),
-		"{our_currency}", o.currency, "{their_currency}", theirCurrency,
+		"{our_currency}", o.m.OurCurrency, "{their_currency}", theirCurrency,
 	).Replace(phrase)
 }
 
@@ -291,9 +289,10 @@ func theirSide(m *Mismatch, entries, did []chargeonce.LedgerEntry) *chargeonce.L
 	return shown
 }
 
-// ourSide shows our record in m.
-func ourSide(m *Mismatch, status string, amount int64, currency string, created time.Time) {
-	m.OurStatus, m.OurAmountCents, m.OurCurrency, m.OurCreatedAt = status, amount, currency, created.UTC()
+// ours shows our record in the object's mismatch, and ages it from since.
+func (o *object) ours(status string, amount int64, currency string, created, since time.Time) {
+	o.m.OurStatus, o.m.OurAmountCents, o.m.OurCurrency, o.m.OurCreatedAt = status, amount, currency, created.UTC()
+	o.since = since
 }
 
 // joinCapture compares our charge with the acquirer's captures under its
@@ -307,8 +306,7 @@ func (r *run) joinCapture(ref string, our *chargeonce.Charge, captures []chargeo
 	}
 	if our != nil {
 		o.m.Merchant, o.m.OrderID = our.MerchantID, our.OrderID
-		ourSide(&o.m, string(our.Status), our.AmountCents, our.Currency, our.CreatedAt)
-		o.since, o.amount, o.currency = our.CreatedAt, our.AmountCents, our.Currency
+		o.ours(string(our.Status), our.AmountCents, our.Currency, our.CreatedAt, our.CreatedAt)
 	}
 	if first := theirSide(&o.m, captures, o.did); first != nil && our == nil {
 		o.m.Merchant, o.m.OrderID = first.Merchant, first.OrderID
@@ -347,8 +345,7 @@ func (r *run) joinRefund(ref, key string, charge *chargeonce.Charge, p *refundPa
 	}
 	if ours := p.ours; ours != nil {
 		o.m.Merchant = ours.MerchantID
-		ourSide(&o.m, string(ours.Status), ours.AmountCents, ours.Currency, ours.CreatedAt)
-		o.since, o.amount, o.currency = ours.CreatedAt, ours.AmountCents, ours.Currency
+		o.ours(string(ours.Status), ours.AmountCents, ours.Currency, ours.CreatedAt, ours.CreatedAt)
 		switch ours.Status {
 		case chargeonce.RefundSucceeded:
 			o.standing = moved
@@ -423,8 +420,7 @@ func (r *run) joinOperation(ref string, our *chargeonce.Charge, ops []chargeonce
 	kind := chargeonce.LedgerManualCapture
 	if ours != nil {
 		o.m.Kind, o.m.ObjectReference, o.m.Merchant = opKind(ours), ours.ID, ours.MerchantID
-		ourSide(&o.m, string(ours.Status), ours.AmountCents, ours.Currency, ours.CreatedAt)
-		o.since, o.amount, o.currency = ours.SettledAt, ours.AmountCents, ours.Currency
+		o.ours(string(ours.Status), ours.AmountCents, ours.Currency, ours.CreatedAt, ours.SettledAt)
 		o.standing = moved
 		if ours.Status == chargeonce.OperationPending {
 			o.standing = open

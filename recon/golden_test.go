@@ -28,6 +28,7 @@ func tick() { time.Sleep(2 * time.Millisecond) }
 // appearance, are the golden file's to the byte. It pins the report while
 // the comparators and the pager are rewritten.
 func TestGoldenReport(t *testing.T) {
+	t.Parallel()
 	e := setup(t, "sqlite", acquirer.Options{})
 	ledgerAdd := func(kind chargeonce.LedgerKind, ref, chargeRef string, amount int64, currency, status string) {
 		e.sim.LedgerAdd(chargeonce.LedgerEntry{
