@@ -167,19 +167,18 @@ func isUniqueViolation(err error) bool {
 }
 
 // operationRefused says why no operation op could be inserted: ENOTFOUND,
-// ENOTAUTHORIZED (naming an operation that holds the charge) or
-// ECAPTUREEXCEEDS; nil when nothing refuses it now (a record the insert's
-// snapshot could not see held the key, and is gone again).
+// or chargeonce.OperationRefusal's answer; nil when nothing refuses it now
+// (a record the insert's snapshot could not see held the key, and is gone
+// again).
 func (s *Store) operationRefused(ctx context.Context, op chargeonce.Operation) error {
 	var (
-		status, currency string
-		amount           int64
-		live             *string
-		owner            string
+		status, currency, live string
+		amount                 int64
+		owner                  string
 	)
 	err := s.pool.QueryRow(ctx, `
 SELECT c.status, c.amount_cents, c.currency,
-	(SELECT o.kind FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed' LIMIT 1),
+	COALESCE((SELECT o.kind FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed' LIMIT 1), ''),
 	c.merchant_id
 FROM charges c WHERE c.id = $1`, // byID
 		op.ChargeID).Scan(&status, &amount, &currency, &live, &owner)
@@ -188,14 +187,8 @@ FROM charges c WHERE c.id = $1`, // byID
 		return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", op.ChargeID)
 	case err != nil:
 		return fmt.Errorf("reading the charge of a %s: %w", op.Kind, translate(err))
-	case live != nil:
-		return chargeonce.NotAuthorized(op.ChargeID, op.Kind, chargeonce.Status(status), chargeonce.RecordKind(*live))
-	case status != string(chargeonce.StatusAuthorized):
-		return chargeonce.NotAuthorized(op.ChargeID, op.Kind, chargeonce.Status(status), "")
-	case op.AmountCents > amount:
-		return chargeonce.CaptureExceeds(op.ChargeID, op.AmountCents, amount, currency)
 	}
-	return nil
+	return chargeonce.OperationRefusal(op.ChargeID, op.Kind, op.AmountCents, chargeonce.Status(status), amount, currency, chargeonce.RecordKind(live))
 }
 
 // operationCompleteSQL settles a capture's or a cancel's record as a

@@ -234,19 +234,13 @@ func (s *Store) refundRefused(ctx context.Context, rf chargeonce.Refund) error {
 }
 
 // refundable returns why no refund rf can be inserted for its charge:
-// ENOTFOUND, ENOTREFUNDABLE for a charge not captured, EREFUNDEXCEEDS for
-// one without rf's amount left; nil when it could be.
+// ENOTFOUND, or chargeonce.RefundRefusal's answer; nil when it could be.
 func (s *Store) refundable(ctx context.Context, rf chargeonce.Refund) error {
 	remaining, currency, status, err := s.refundedCharge(ctx, rf)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case status != chargeonce.StatusCaptured:
-		return chargeonce.NotRefundable(rf.ChargeID, status)
-	case remaining < max(rf.AmountCents, 1):
-		return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, remaining, currency)
 	}
-	return nil
+	return chargeonce.RefundRefusal(rf.ChargeID, rf.AmountCents, status, remaining, currency)
 }
 
 // refundedCharge reads what rf's charge may still refund, its currency and

@@ -107,13 +107,8 @@ func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInser
 			op.ChargeID).Scan(&live); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return wrap("reading the operations of the charge", err)
 		}
-		switch {
-		case live.Valid:
-			return chargeonce.NotAuthorized(op.ChargeID, op.Kind, ch.Status, chargeonce.RecordKind(live.String))
-		case ch.Status != chargeonce.StatusAuthorized:
-			return chargeonce.NotAuthorized(op.ChargeID, op.Kind, ch.Status, "")
-		case op.AmountCents > ch.AmountCents:
-			return chargeonce.CaptureExceeds(op.ChargeID, op.AmountCents, ch.AmountCents, ch.Currency)
+		if err := chargeonce.OperationRefusal(op.ChargeID, op.Kind, op.AmountCents, ch.Status, ch.AmountCents, ch.Currency, chargeonce.RecordKind(live.String)); err != nil {
+			return err
 		}
 		amount := op.AmountCents
 		if amount == 0 {

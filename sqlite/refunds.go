@@ -143,7 +143,9 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 }
 
 // refusedRefund says why no refund of rf could be added to its charge:
-// ENOTFOUND, ENOTREFUNDABLE, or EREFUNDEXCEEDS naming what remains.
+// ENOTFOUND, or chargeonce.RefundRefusal's answer; EREFUNDEXCEEDS naming
+// what remains when the rule finds nothing to refuse (the guarded UPDATE,
+// or the CHECK behind it, refused the sum).
 func refusedRefund(ctx context.Context, tx *sql.Tx, rf chargeonce.Refund) error {
 	var (
 		status, currency string
@@ -156,8 +158,9 @@ func refusedRefund(ctx context.Context, tx *sql.Tx, rf chargeonce.Refund) error 
 		return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", rf.ChargeID)
 	case err != nil:
 		return wrap("reading the refunded charge", err)
-	case status != string(chargeonce.StatusCaptured):
-		return chargeonce.NotRefundable(rf.ChargeID, chargeonce.Status(status))
+	}
+	if err := chargeonce.RefundRefusal(rf.ChargeID, rf.AmountCents, chargeonce.Status(status), amount-refunded, currency); err != nil {
+		return err
 	}
 	return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, amount-refunded, currency)
 }
