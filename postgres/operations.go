@@ -117,46 +117,26 @@ func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInser
 	if op.Kind == chargeonce.KindCancel {
 		op.AmountCents = 0 // a void releases the whole authorization
 	}
-	for range keyInsertAttempts {
-		var inserted bool
-		rec, expired, err := scanAnyRecord(s.pool.QueryRow(ctx, operationInsertSQL,
-			op.MerchantID, op.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, op.ID,
-			op.ChargeID, op.AmountCents, string(op.Kind),
-		), &inserted)
-		if isUniqueViolation(err) {
-			if err := s.operationRefused(ctx, op); err != nil {
-				return chargeonce.KeyRecord{}, false, err
+	return s.insertLoop(ctx, insertKind{
+		what: "inserting " + string(op.Kind), merchantID: op.MerchantID, key: op.IdempotencyKey, token: p.Token,
+		round: func() (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, operationInsertSQL,
+				op.MerchantID, op.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, op.ID,
+				op.ChargeID, op.AmountCents, string(op.Kind),
+			), &inserted)
+			return rec, inserted, expired, err
+		},
+		refusal: func(err error) (error, bool) {
+			// A unique violation: another operation holds the charge (nil
+			// when it failed since); no row: the charge is not authorized
+			// or the amount exceeds it, or the key was held by a record
+			// the snapshot could not see, gone again.
+			if isUniqueViolation(err) || errors.Is(err, pgx.ErrNoRows) {
+				return s.operationRefused(ctx, op), true
 			}
-			continue // the operation that held the charge failed since
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			// No record inserted nor seen: the charge is not authorized or
-			// the amount exceeds it, or the key is held by a record this
-			// snapshot cannot see.
-			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, op.MerchantID, op.IdempotencyKey))
-			if errors.Is(err, pgx.ErrNoRows) {
-				if err := s.operationRefused(ctx, op); err != nil {
-					return chargeonce.KeyRecord{}, false, err
-				}
-				continue
-			}
-			inserted = err == nil && rec.Token == p.Token
-		}
-		if err != nil {
-			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting %s: %w", op.Kind, translate(err))
-		}
-		if inserted {
-			return rec, true, nil
-		}
-		if expired && rec.State == chargeonce.KeyCompleted {
-			if err := s.deleteExpiredKey(ctx, op.MerchantID, op.IdempotencyKey); err != nil {
-				return chargeonce.KeyRecord{}, false, err
-			}
-			continue
-		}
-		return rec, false, nil
-	}
-	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting %s: the existing record kept disappearing; gave up after %d attempts", op.Kind, keyInsertAttempts)
+			return nil, false
+		},
+	})
 }
 
 // isUniqueViolation reports SQLSTATE 23505: here, another capture or

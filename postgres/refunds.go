@@ -138,38 +138,21 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 		return chargeonce.KeyRecord{}, false, err
 	}
 	rf := p.Refund
-	for range keyInsertAttempts {
-		rec, inserted, expired, err := s.refundInsertRound(ctx, p)
-		if isCheckViolation(err) {
-			return chargeonce.KeyRecord{}, false, s.refundRefused(ctx, rf)
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			// No record inserted nor seen: the charge is not refundable,
-			// or the key is held by a record this snapshot cannot see.
-			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, rf.MerchantID, rf.IdempotencyKey))
-			if errors.Is(err, pgx.ErrNoRows) {
-				if err := s.refundable(ctx, rf); err != nil {
-					return chargeonce.KeyRecord{}, false, err
-				}
-				continue
+	return s.insertLoop(ctx, insertKind{
+		what: "inserting refund", merchantID: rf.MerchantID, key: rf.IdempotencyKey, token: p.Token,
+		round: func() (chargeonce.KeyRecord, bool, bool, error) { return s.refundInsertRound(ctx, p) },
+		refusal: func(err error) (error, bool) {
+			switch {
+			case isCheckViolation(err):
+				return s.refundRefused(ctx, rf), true
+			case errors.Is(err, pgx.ErrNoRows):
+				// The charge is not refundable, or the key was held by a
+				// record the snapshot could not see, gone again.
+				return s.refundable(ctx, rf), true
 			}
-			inserted = err == nil && rec.Token == p.Token
-		}
-		if err != nil {
-			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting refund: %w", translate(err))
-		}
-		if inserted {
-			return rec, true, nil
-		}
-		if expired && rec.State == chargeonce.KeyCompleted {
-			if err := s.deleteExpiredKey(ctx, rf.MerchantID, rf.IdempotencyKey); err != nil {
-				return chargeonce.KeyRecord{}, false, err
-			}
-			continue
-		}
-		return rec, false, nil
-	}
-	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting refund: the existing record kept disappearing; gave up after %d attempts", keyInsertAttempts)
+			return nil, false
+		},
+	})
 }
 
 // refundInsertRound runs one round of RefundInsert's insert: in a batch
@@ -204,16 +187,6 @@ func refundInsertArgs(p chargeonce.RefundInsertParams) []any {
 	rf := p.Refund
 	return []any{rf.MerchantID, rf.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, rf.ID,
 		rf.ChargeID, rf.AmountCents, rf.Reason, chargeonce.MetadataText(rf.Metadata)}
-}
-
-func (s *Store) deleteExpiredKey(ctx context.Context, merchantID, key string) error {
-	if _, err := s.pool.Exec(ctx, `
-		DELETE FROM idempotency_keys
-		WHERE merchant_id = $1 AND key = $2 AND state = 'completed' AND expires_at <= now()`,
-		merchantID, key); err != nil {
-		return fmt.Errorf("deleting expired idempotency key: %w", translate(err))
-	}
-	return nil
 }
 
 // isCheckViolation reports a CHECK constraint refusing a refund: the sum
