@@ -371,9 +371,7 @@ ORDER BY created_at DESC, id DESC LIMIT $2`, args...)
 	if err != nil {
 		return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
 	}
-	out := chargeonce.RefundsPage{Refunds: page}
-	if len(page) > p.Limit {
-		out.Refunds, out.HasMore = page[:p.Limit], true
-	}
+	out := chargeonce.RefundsPage{}
+	out.Refunds, out.HasMore = keyset.Trim(page, p.Limit, false)
 	return out, nil
 }

@@ -405,9 +405,7 @@ FROM `+from+` WHERE `+where+` ORDER BY created_at DESC, id DESC LIMIT $2`, args.
 	if err := rows.Err(); err != nil {
 		return page, fmt.Errorf("listing events: %w", translate(err))
 	}
-	if len(page.Events) > p.Limit {
-		page.Events, page.HasMore = page.Events[:p.Limit], true
-	}
+	page.Events, page.HasMore = keyset.Trim(page.Events, p.Limit, false)
 	return page, nil
 }
 

@@ -251,9 +251,7 @@ func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams)
 	if err := rows.Err(); err != nil {
 		return chargeonce.RefundsPage{}, wrap("listing refunds", err)
 	}
-	if len(page.Refunds) > p.Limit {
-		page.Refunds, page.HasMore = page.Refunds[:p.Limit], true
-	}
+	page.Refunds, page.HasMore = keyset.Trim(page.Refunds, p.Limit, false)
 	return page, nil
 }
 

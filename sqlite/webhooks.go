@@ -399,9 +399,7 @@ func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListPa
 	if err := rows.Err(); err != nil {
 		return page, wrap("listing events", err)
 	}
-	if len(page.Events) > p.Limit {
-		page.Events, page.HasMore = page.Events[:p.Limit], true
-	}
+	page.Events, page.HasMore = keyset.Trim(page.Events, p.Limit, false)
 	return page, nil
 }
 
