@@ -85,13 +85,7 @@ WITH ch AS MATERIALIZED (
 ), au AS (
 	SELECT id, currency, amount_cents FROM ch
 	WHERE merchant_id = $1 AND status = 'authorized' AND $8::bigint <= amount_cents
-), k AS (
-	INSERT INTO idempotency_keys
-		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
-	SELECT $1, $2, $3, $4, 'processing', now() + $5::interval, $6 FROM au
-	ON CONFLICT (merchant_id, key) DO NOTHING
-	RETURNING *
-), o AS (
+), ` + objectKeyInsert + `au` + objectKeyInsertEnd + `, o AS (
 	INSERT INTO charge_operations
 		(id, merchant_id, idempotency_key, charge_id, kind, amount_cents, currency, status)
 	SELECT $6, $1, $2, $7, $9, CASE WHEN $8::bigint = 0 THEN au.amount_cents ELSE $8::bigint END,
@@ -101,11 +95,7 @@ WITH ch AS MATERIALIZED (
 )
 SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM k JOIN o ON o.id = k.charge_id JOIN charges c ON c.id = o.charge_id
-	LEFT JOIN refunds r ON false
-UNION ALL
-SELECT false, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
-FROM idempotency_keys k` + anyRecordFrom + `
-WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+	LEFT JOIN refunds r ON false` + anyRecordUnlessInserted
 
 // OperationInsert writes the capture or cancel first and lets the database
 // refuse: see operationInsertSQL and chargeonce.Operations.

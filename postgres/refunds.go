@@ -35,6 +35,30 @@ SELECT ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM idempotency_keys k` + anyRecordFrom + `
 WHERE k.merchant_id = $1 AND k.key = $2`
 
+// objectKeyInsert and objectKeyInsertEnd, around the name of a CTE, are
+// the k of refundInsertSQL and operationInsertSQL: the record of a refund
+// or an operation ($1 to $6: merchant, key, fingerprint, token, lease, and
+// the object's id in charge_id), inserted when that CTE holds the charge
+// (it admits the object) and the key is free.
+const (
+	objectKeyInsert = `k AS (
+	INSERT INTO idempotency_keys
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
+	SELECT $1, $2, $3, $4, 'processing', now() + $5::interval, $6 FROM `
+	objectKeyInsertEnd = `
+	ON CONFLICT (merchant_id, key) DO NOTHING
+	RETURNING *
+)`
+)
+
+// anyRecordUnlessInserted ends refundInsertSQL and operationInsertSQL: the
+// record of either kind that holds the key, when k inserted none.
+const anyRecordUnlessInserted = `
+UNION ALL
+SELECT false, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
+FROM idempotency_keys k` + anyRecordFrom + `
+WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+
 // scanAnyRecord scans refundColumns, operationColumns then recordColumns,
 // optionally preceded by extra columns.
 func scanAnyRecord(row pgx.Row, extra ...any) (chargeonce.KeyRecord, bool, error) {
@@ -104,13 +128,7 @@ WITH ch AS MATERIALIZED (
 ), cap AS (
 	SELECT id, currency, remaining FROM ch
 	WHERE merchant_id = $1 AND status = 'captured' AND remaining >= GREATEST($8::bigint, 1)
-), k AS (
-	INSERT INTO idempotency_keys
-		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
-	SELECT $1, $2, $3, $4, 'processing', now() + $5::interval, $6 FROM cap
-	ON CONFLICT (merchant_id, key) DO NOTHING
-	RETURNING *
-), u AS (
+), ` + objectKeyInsert + `cap` + objectKeyInsertEnd + `, u AS (
 	UPDATE charges
 	SET refunded_cents = charges.refunded_cents + CASE WHEN $8::bigint = 0 THEN cap.remaining ELSE $8::bigint END
 	FROM k, cap WHERE charges.id = cap.id
@@ -125,11 +143,7 @@ WITH ch AS MATERIALIZED (
 )
 SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM k JOIN r ON r.id = k.charge_id JOIN charges c ON c.id = r.charge_id
-	LEFT JOIN charge_operations o ON false
-UNION ALL
-SELECT false, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
-FROM idempotency_keys k` + anyRecordFrom + `
-WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+	LEFT JOIN charge_operations o ON false` + anyRecordUnlessInserted
 
 // RefundInsert writes the refund first and lets the database refuse: see
 // refundInsertSQL and chargeonce.Refunds.
