@@ -109,13 +109,6 @@ func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInser
 	}
 	return s.insertLoop(ctx, insertKind{
 		what: "inserting " + string(op.Kind), merchantID: op.MerchantID, key: op.IdempotencyKey, token: p.Token,
-		round: func() (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
-			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, operationInsertSQL,
-				op.MerchantID, op.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, op.ID,
-				op.ChargeID, op.AmountCents, string(op.Kind),
-			), &inserted)
-			return rec, inserted, expired, err
-		},
 		refusal: func(err error) (error, bool) {
 			// A unique violation: another operation holds the charge (nil
 			// when it failed since); no row: the charge is not authorized
@@ -126,6 +119,12 @@ func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInser
 			}
 			return nil, false
 		},
+	}, func() (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+		rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, operationInsertSQL,
+			op.MerchantID, op.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, op.ID,
+			op.ChargeID, op.AmountCents, string(op.Kind),
+		), &inserted)
+		return rec, inserted, expired, err
 	})
 }
 

@@ -154,7 +154,6 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 	rf := p.Refund
 	return s.insertLoop(ctx, insertKind{
 		what: "inserting refund", merchantID: rf.MerchantID, key: rf.IdempotencyKey, token: p.Token,
-		round: func() (chargeonce.KeyRecord, bool, bool, error) { return s.refundInsertRound(ctx, p) },
 		refusal: func(err error) (error, bool) {
 			switch {
 			case isCheckViolation(err):
@@ -166,7 +165,7 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 			}
 			return nil, false
 		},
-	})
+	}, func() (chargeonce.KeyRecord, bool, bool, error) { return s.refundInsertRound(ctx, p) })
 }
 
 // refundInsertRound runs one round of RefundInsert's insert: in a batch

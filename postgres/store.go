@@ -358,8 +358,7 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 	ch := p.Charge
 	return s.insertLoop(ctx, insertKind{
 		what: "inserting idempotency key", merchantID: ch.MerchantID, key: ch.IdempotencyKey, token: p.Token,
-		round: func() (chargeonce.KeyRecord, bool, bool, error) { return s.insertRound(ctx, p) },
-	})
+	}, func() (chargeonce.KeyRecord, bool, bool, error) { return s.insertRound(ctx, p) })
 }
 
 // insertKind is what differs between the inserts of a charge's, a
@@ -367,9 +366,6 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 type insertKind struct {
 	what                   string // the errors' prefix: "inserting refund"
 	merchantID, key, token string // the record's key and the attempt's token
-	// round runs one insert: the record it inserted (inserted) or the one
-	// holding the key; pgx.ErrNoRows when it inserted none and saw none.
-	round func() (rec chargeonce.KeyRecord, inserted, expired bool, err error)
 	// refusal, when not nil, answers a round that wrote nothing for a
 	// reason of the kind's: err is the round's error (handled false leaves
 	// it to the loop), or pgx.ErrNoRows when no record holds the key on a
@@ -377,8 +373,10 @@ type insertKind struct {
 	refusal func(err error) (answer error, handled bool)
 }
 
-// insertLoop is the insert of every kind of record: a round of k's insert;
-// a second look, with a fresh snapshot, when the round saw no record (the
+// insertLoop is the insert of every kind of record: a round of the kind's
+// insert (round returns the record it inserted, inserted, or the one
+// holding the key; pgx.ErrNoRows when it inserted none and saw none); a
+// second look, with a fresh snapshot, when the round saw no record (the
 // key is held by a record its snapshot cannot see: committed while it
 // waited on it, or inserted by an attempt earlier in the same batch, or
 // one a batch of new keys does not read, keyInsertNewBatchSQL; or the
@@ -387,9 +385,12 @@ type insertKind struct {
 // new intent. A record still processing has no expiry: it is an unsettled
 // charge, refund or operation that only recovery may finish, and the
 // attempt gets it as the existing record.
-func (s *Store) insertLoop(ctx context.Context, k insertKind) (chargeonce.KeyRecord, bool, error) {
+//
+// round is a parameter of its own, not a field of k, so that KeyInsert's
+// closure stays on the stack: the common path allocates nothing more.
+func (s *Store) insertLoop(ctx context.Context, k insertKind, round func() (rec chargeonce.KeyRecord, inserted, expired bool, err error)) (chargeonce.KeyRecord, bool, error) {
 	for range keyInsertAttempts {
-		rec, inserted, expired, err := k.round()
+		rec, inserted, expired, err := round()
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) && k.refusal != nil {
 			if answer, handled := k.refusal(err); handled {
 				if answer != nil {
