@@ -167,6 +167,27 @@ func CaptureExceeds(chargeID string, asked, authorized int64, currency string) *
 		" exceeds what charge " + chargeID + " authorized: " + itoa(authorized) + " " + currency}
 }
 
+// OperationRefusal is the capture and cancel rule, one decision for both
+// stores: why an operation of kind asking for asked cents (zero: the whole
+// authorization) cannot be inserted for charge chargeID, in status, having
+// authorized cents of currency, while live names the kind of another
+// operation of it pending or succeeded ("" when none). ENOTAUTHORIZED for a
+// charge held by another operation or not authorized, ECAPTUREEXCEEDS for a
+// capture past the authorization; nil when it may be inserted. The partial
+// unique index charge_operations_one_live still decides between operations
+// racing each other.
+func OperationRefusal(chargeID string, kind RecordKind, asked int64, status Status, authorized int64, currency string, live RecordKind) error {
+	switch {
+	case live != "":
+		return NotAuthorized(chargeID, kind, status, live)
+	case status != StatusAuthorized:
+		return NotAuthorized(chargeID, kind, status, "")
+	case asked > authorized:
+		return CaptureExceeds(chargeID, asked, authorized, currency)
+	}
+	return nil
+}
+
 // ExpiredAuthorization is an authorization past its time to live, for the
 // sweeper to cancel. CreatedAt and ChargeID place it in the list
 // (AuthorizationsExpiredParams.After).

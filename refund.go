@@ -194,6 +194,23 @@ func NotRefundable(chargeID string, status Status) *Error {
 	return Errorf(ENOTREFUNDABLE, "charge %s is %s; only a captured charge can be refunded", chargeID, status)
 }
 
+// RefundRefusal is the refund rule, one decision for both stores: why a
+// refund of asked cents (zero: whatever remains) cannot be added to charge
+// chargeID, in status, with remaining cents of currency still refundable.
+// ENOTREFUNDABLE for a charge not captured, EREFUNDEXCEEDS when less than
+// asked (or nothing at all) remains; nil when the refund may be added. The
+// stores read the charge and keep the database's guards (the row lock, the
+// CHECK on refunded_cents) for refunds racing each other.
+func RefundRefusal(chargeID string, asked int64, status Status, remaining int64, currency string) error {
+	switch {
+	case status != StatusCaptured:
+		return NotRefundable(chargeID, status)
+	case remaining < max(asked, 1):
+		return RefundExceeds(chargeID, asked, remaining, currency)
+	}
+	return nil
+}
+
 func itoa(n int64) string {
 	var b [20]byte
 	i := len(b)

@@ -478,6 +478,15 @@ type Outbox interface {
 	OutboxStats(ctx context.Context) (OutboxStats, error)
 }
 
+// CursorParam names the cursor parameter p uses, for its errors:
+// ending_before or starting_after.
+func (p *ChargesListParams) CursorParam() string {
+	if p.EndingBefore != "" {
+		return "ending_before"
+	}
+	return "starting_after"
+}
+
 // Check reports the first thing wrong with p as an EINVALID error that names
 // the offending parameter (limit, status, starting_after, ending_before).
 // Both stores call it, so they refuse the same requests.

@@ -290,6 +290,23 @@ func (o WebhookOutcome) DeliveryState() (state string, next time.Duration) {
 	}
 }
 
+// Disables is the disable rule, the stores' one: whether this outcome, a
+// failed attempt, disables an endpoint now in status, and the reason it
+// records. A 410 (Disable) disables an enabled endpoint at once; any other
+// failure does, when DisableAfter is positive, once the endpoint has had
+// no 2xx for that long (failingLong: the store measures its failure clock
+// against DisableAfter on the database's clock). A delivered outcome, or an
+// endpoint disabled already, disables nothing.
+func (o WebhookOutcome) Disables(status EndpointStatus, failingLong bool) (disable bool, reason string) {
+	if o.Delivered || status != EndpointEnabled || (o.Disable == "" && (o.DisableAfter <= 0 || !failingLong)) {
+		return false, ""
+	}
+	if o.Disable != "" {
+		return true, o.Disable
+	}
+	return true, fmt.Sprintf("no 2xx for %s", o.DisableAfter)
+}
+
 // WebhookStats describe deliveries not yet made, by the database's clock.
 type WebhookStats struct {
 	Pending           int

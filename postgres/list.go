@@ -1,16 +1,15 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/keyset"
 )
 
 // ChargesList returns one page of the merchant's charges, newest first
@@ -31,30 +30,16 @@ func (s *Store) ChargesList(ctx context.Context, p chargeonce.ChargesListParams)
 	if !chargeonce.ValidText(p.MerchantID) {
 		return chargeonce.ChargesPage{Charges: []chargeonce.Charge{}}, nil
 	}
-	backward := p.EndingBefore != ""
-	args := []any{p.MerchantID, p.Limit + 1}
-	var where strings.Builder
-	where.WriteString("merchant_id = $1")
-	if p.OrderID != 0 {
-		args = append(args, p.OrderID)
-		fmt.Fprintf(&where, " AND order_id = $%d", len(args))
-	}
-	if cursor, param := cmp.Or(p.StartingAfter, p.EndingBefore), cursorParam(p); cursor != "" {
-		at, err := s.cursor(ctx, p.MerchantID, cursor, param)
+	pg := keyset.Charges(p, "$", "")
+	if pg.Cursor != "" {
+		at, err := s.cursor(ctx, p.MerchantID, pg.Cursor, p.CursorParam())
 		if err != nil {
 			return chargeonce.ChargesPage{}, err
 		}
-		args = append(args, at, cursor)
-		op := "<"
-		if backward {
-			op = ">"
-		}
-		fmt.Fprintf(&where, " AND (created_at, id) %s ($%d, $%d)", op, len(args)-1, len(args))
+		pg.At = at
 	}
-	order := "created_at DESC, id DESC"
-	if backward {
-		order = "created_at, id"
-	}
+	where, args := pg.Where()
+	order := pg.Order()
 	statuses := chargeonce.Statuses
 	if p.Status != "" {
 		statuses = []chargeonce.Status{p.Status}
@@ -67,7 +52,7 @@ func (s *Store) ChargesList(ctx context.Context, p chargeonce.ChargesListParams)
 		}
 		// st is one of the three constants, never the client's text.
 		fmt.Fprintf(&q, "(SELECT %s FROM charges WHERE %s AND status = '%s' ORDER BY %s LIMIT $2)",
-			chargeColumns, where.String(), st, order)
+			chargeColumns, where, st, order)
 	}
 	fmt.Fprintf(&q, ") AS page ORDER BY %s LIMIT $2", order)
 
@@ -79,25 +64,11 @@ func (s *Store) ChargesList(ctx context.Context, p chargeonce.ChargesListParams)
 	if err != nil {
 		return chargeonce.ChargesPage{}, fmt.Errorf("listing charges: %w", translate(err))
 	}
-	page := chargeonce.ChargesPage{Charges: charges}
-	if len(page.Charges) > p.Limit {
-		page.Charges, page.HasMore = page.Charges[:p.Limit], true
-	}
-	if backward {
-		slices.Reverse(page.Charges)
-	}
-	if page.Charges == nil {
-		page.Charges = []chargeonce.Charge{}
+	page := chargeonce.ChargesPage{Charges: []chargeonce.Charge{}}
+	if len(charges) > 0 {
+		page.Charges, page.HasMore = keyset.Trim(charges, p.Limit, pg.Backward)
 	}
 	return page, nil
-}
-
-// cursorParam names the cursor parameter p uses, for its errors.
-func cursorParam(p chargeonce.ChargesListParams) string {
-	if p.EndingBefore != "" {
-		return "ending_before"
-	}
-	return "starting_after"
 }
 
 // cursor returns the created_at of the merchant's charge id, the place a

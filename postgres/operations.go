@@ -85,13 +85,7 @@ WITH ch AS MATERIALIZED (
 ), au AS (
 	SELECT id, currency, amount_cents FROM ch
 	WHERE merchant_id = $1 AND status = 'authorized' AND $8::bigint <= amount_cents
-), k AS (
-	INSERT INTO idempotency_keys
-		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
-	SELECT $1, $2, $3, $4, 'processing', now() + $5::interval, $6 FROM au
-	ON CONFLICT (merchant_id, key) DO NOTHING
-	RETURNING *
-), o AS (
+), ` + objectKeyInsert + `au` + objectKeyInsertEnd + `, o AS (
 	INSERT INTO charge_operations
 		(id, merchant_id, idempotency_key, charge_id, kind, amount_cents, currency, status)
 	SELECT $6, $1, $2, $7, $9, CASE WHEN $8::bigint = 0 THEN au.amount_cents ELSE $8::bigint END,
@@ -101,11 +95,7 @@ WITH ch AS MATERIALIZED (
 )
 SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM k JOIN o ON o.id = k.charge_id JOIN charges c ON c.id = o.charge_id
-	LEFT JOIN refunds r ON false
-UNION ALL
-SELECT false, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
-FROM idempotency_keys k` + anyRecordFrom + `
-WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+	LEFT JOIN refunds r ON false` + anyRecordUnlessInserted
 
 // OperationInsert writes the capture or cancel first and lets the database
 // refuse: see operationInsertSQL and chargeonce.Operations.
@@ -117,46 +107,25 @@ func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInser
 	if op.Kind == chargeonce.KindCancel {
 		op.AmountCents = 0 // a void releases the whole authorization
 	}
-	for range keyInsertAttempts {
-		var inserted bool
-		rec, expired, err := scanAnyRecord(s.pool.QueryRow(ctx, operationInsertSQL,
+	return s.insertLoop(ctx, insertKind{
+		what: "inserting " + string(op.Kind), merchantID: op.MerchantID, key: op.IdempotencyKey, token: p.Token,
+		refusal: func(err error) (error, bool) {
+			// A unique violation: another operation holds the charge (nil
+			// when it failed since); no row: the charge is not authorized
+			// or the amount exceeds it, or the key was held by a record
+			// the snapshot could not see, gone again.
+			if isUniqueViolation(err) || errors.Is(err, pgx.ErrNoRows) {
+				return s.operationRefused(ctx, op), true
+			}
+			return nil, false
+		},
+	}, func() (rec chargeonce.KeyRecord, inserted, expired bool, err error) {
+		rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, operationInsertSQL,
 			op.MerchantID, op.IdempotencyKey, p.Fingerprint, p.Token, p.Lease, op.ID,
 			op.ChargeID, op.AmountCents, string(op.Kind),
 		), &inserted)
-		if isUniqueViolation(err) {
-			if err := s.operationRefused(ctx, op); err != nil {
-				return chargeonce.KeyRecord{}, false, err
-			}
-			continue // the operation that held the charge failed since
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			// No record inserted nor seen: the charge is not authorized or
-			// the amount exceeds it, or the key is held by a record this
-			// snapshot cannot see.
-			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, op.MerchantID, op.IdempotencyKey))
-			if errors.Is(err, pgx.ErrNoRows) {
-				if err := s.operationRefused(ctx, op); err != nil {
-					return chargeonce.KeyRecord{}, false, err
-				}
-				continue
-			}
-			inserted = err == nil && rec.Token == p.Token
-		}
-		if err != nil {
-			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting %s: %w", op.Kind, translate(err))
-		}
-		if inserted {
-			return rec, true, nil
-		}
-		if expired && rec.State == chargeonce.KeyCompleted {
-			if err := s.deleteExpiredKey(ctx, op.MerchantID, op.IdempotencyKey); err != nil {
-				return chargeonce.KeyRecord{}, false, err
-			}
-			continue
-		}
-		return rec, false, nil
-	}
-	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting %s: the existing record kept disappearing; gave up after %d attempts", op.Kind, keyInsertAttempts)
+		return rec, inserted, expired, err
+	})
 }
 
 // isUniqueViolation reports SQLSTATE 23505: here, another capture or
@@ -167,19 +136,18 @@ func isUniqueViolation(err error) bool {
 }
 
 // operationRefused says why no operation op could be inserted: ENOTFOUND,
-// ENOTAUTHORIZED (naming an operation that holds the charge) or
-// ECAPTUREEXCEEDS; nil when nothing refuses it now (a record the insert's
-// snapshot could not see held the key, and is gone again).
+// or chargeonce.OperationRefusal's answer; nil when nothing refuses it now
+// (a record the insert's snapshot could not see held the key, and is gone
+// again).
 func (s *Store) operationRefused(ctx context.Context, op chargeonce.Operation) error {
 	var (
-		status, currency string
-		amount           int64
-		live             *string
-		owner            string
+		status, currency, live string
+		amount                 int64
+		owner                  string
 	)
 	err := s.pool.QueryRow(ctx, `
 SELECT c.status, c.amount_cents, c.currency,
-	(SELECT o.kind FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed' LIMIT 1),
+	COALESCE((SELECT o.kind FROM charge_operations o WHERE o.charge_id = c.id AND o.status <> 'failed' LIMIT 1), ''),
 	c.merchant_id
 FROM charges c WHERE c.id = $1`, // byID
 		op.ChargeID).Scan(&status, &amount, &currency, &live, &owner)
@@ -188,14 +156,8 @@ FROM charges c WHERE c.id = $1`, // byID
 		return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", op.ChargeID)
 	case err != nil:
 		return fmt.Errorf("reading the charge of a %s: %w", op.Kind, translate(err))
-	case live != nil:
-		return chargeonce.NotAuthorized(op.ChargeID, op.Kind, chargeonce.Status(status), chargeonce.RecordKind(*live))
-	case status != string(chargeonce.StatusAuthorized):
-		return chargeonce.NotAuthorized(op.ChargeID, op.Kind, chargeonce.Status(status), "")
-	case op.AmountCents > amount:
-		return chargeonce.CaptureExceeds(op.ChargeID, op.AmountCents, amount, currency)
 	}
-	return nil
+	return chargeonce.OperationRefusal(op.ChargeID, op.Kind, op.AmountCents, chargeonce.Status(status), amount, currency, chargeonce.RecordKind(live))
 }
 
 // operationCompleteSQL settles a capture's or a cancel's record as a

@@ -35,6 +35,30 @@ SELECT ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM idempotency_keys k` + anyRecordFrom + `
 WHERE k.merchant_id = $1 AND k.key = $2`
 
+// objectKeyInsert and objectKeyInsertEnd, around the name of a CTE, are
+// the k of refundInsertSQL and operationInsertSQL: the record of a refund
+// or an operation ($1 to $6: merchant, key, fingerprint, token, lease, and
+// the object's id in charge_id), inserted when that CTE holds the charge
+// (it admits the object) and the key is free.
+const (
+	objectKeyInsert = `k AS (
+	INSERT INTO idempotency_keys
+		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
+	SELECT $1, $2, $3, $4, 'processing', now() + $5::interval, $6 FROM `
+	objectKeyInsertEnd = `
+	ON CONFLICT (merchant_id, key) DO NOTHING
+	RETURNING *
+)`
+)
+
+// anyRecordUnlessInserted ends refundInsertSQL and operationInsertSQL: the
+// record of either kind that holds the key, when k inserted none.
+const anyRecordUnlessInserted = `
+UNION ALL
+SELECT false, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
+FROM idempotency_keys k` + anyRecordFrom + `
+WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+
 // scanAnyRecord scans refundColumns, operationColumns then recordColumns,
 // optionally preceded by extra columns.
 func scanAnyRecord(row pgx.Row, extra ...any) (chargeonce.KeyRecord, bool, error) {
@@ -104,13 +128,7 @@ WITH ch AS MATERIALIZED (
 ), cap AS (
 	SELECT id, currency, remaining FROM ch
 	WHERE merchant_id = $1 AND status = 'captured' AND remaining >= GREATEST($8::bigint, 1)
-), k AS (
-	INSERT INTO idempotency_keys
-		(merchant_id, key, fingerprint, token, state, lease_until, charge_id)
-	SELECT $1, $2, $3, $4, 'processing', now() + $5::interval, $6 FROM cap
-	ON CONFLICT (merchant_id, key) DO NOTHING
-	RETURNING *
-), u AS (
+), ` + objectKeyInsert + `cap` + objectKeyInsertEnd + `, u AS (
 	UPDATE charges
 	SET refunded_cents = charges.refunded_cents + CASE WHEN $8::bigint = 0 THEN cap.remaining ELSE $8::bigint END
 	FROM k, cap WHERE charges.id = cap.id
@@ -125,11 +143,7 @@ WITH ch AS MATERIALIZED (
 )
 SELECT true, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
 FROM k JOIN r ON r.id = k.charge_id JOIN charges c ON c.id = r.charge_id
-	LEFT JOIN charge_operations o ON false
-UNION ALL
-SELECT false, ` + refundColumns + `, ` + operationColumns + `, ` + recordColumns + `
-FROM idempotency_keys k` + anyRecordFrom + `
-WHERE k.merchant_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT FROM k)`
+	LEFT JOIN charge_operations o ON false` + anyRecordUnlessInserted
 
 // RefundInsert writes the refund first and lets the database refuse: see
 // refundInsertSQL and chargeonce.Refunds.
@@ -138,38 +152,20 @@ func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParam
 		return chargeonce.KeyRecord{}, false, err
 	}
 	rf := p.Refund
-	for range keyInsertAttempts {
-		rec, inserted, expired, err := s.refundInsertRound(ctx, p)
-		if isCheckViolation(err) {
-			return chargeonce.KeyRecord{}, false, s.refundRefused(ctx, rf)
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			// No record inserted nor seen: the charge is not refundable,
-			// or the key is held by a record this snapshot cannot see.
-			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, rf.MerchantID, rf.IdempotencyKey))
-			if errors.Is(err, pgx.ErrNoRows) {
-				if err := s.refundable(ctx, rf); err != nil {
-					return chargeonce.KeyRecord{}, false, err
-				}
-				continue
+	return s.insertLoop(ctx, insertKind{
+		what: "inserting refund", merchantID: rf.MerchantID, key: rf.IdempotencyKey, token: p.Token,
+		refusal: func(err error) (error, bool) {
+			switch {
+			case isCheckViolation(err):
+				return s.refundRefused(ctx, rf), true
+			case errors.Is(err, pgx.ErrNoRows):
+				// The charge is not refundable, or the key was held by a
+				// record the snapshot could not see, gone again.
+				return s.refundable(ctx, rf), true
 			}
-			inserted = err == nil && rec.Token == p.Token
-		}
-		if err != nil {
-			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting refund: %w", translate(err))
-		}
-		if inserted {
-			return rec, true, nil
-		}
-		if expired && rec.State == chargeonce.KeyCompleted {
-			if err := s.deleteExpiredKey(ctx, rf.MerchantID, rf.IdempotencyKey); err != nil {
-				return chargeonce.KeyRecord{}, false, err
-			}
-			continue
-		}
-		return rec, false, nil
-	}
-	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting refund: the existing record kept disappearing; gave up after %d attempts", keyInsertAttempts)
+			return nil, false
+		},
+	}, func() (chargeonce.KeyRecord, bool, bool, error) { return s.refundInsertRound(ctx, p) })
 }
 
 // refundInsertRound runs one round of RefundInsert's insert: in a batch
@@ -206,16 +202,6 @@ func refundInsertArgs(p chargeonce.RefundInsertParams) []any {
 		rf.ChargeID, rf.AmountCents, rf.Reason, chargeonce.MetadataText(rf.Metadata)}
 }
 
-func (s *Store) deleteExpiredKey(ctx context.Context, merchantID, key string) error {
-	if _, err := s.pool.Exec(ctx, `
-		DELETE FROM idempotency_keys
-		WHERE merchant_id = $1 AND key = $2 AND state = 'completed' AND expires_at <= now()`,
-		merchantID, key); err != nil {
-		return fmt.Errorf("deleting expired idempotency key: %w", translate(err))
-	}
-	return nil
-}
-
 // isCheckViolation reports a CHECK constraint refusing a refund: the sum
 // past the captured amount, or nothing left to refund.
 func isCheckViolation(err error) bool {
@@ -234,19 +220,13 @@ func (s *Store) refundRefused(ctx context.Context, rf chargeonce.Refund) error {
 }
 
 // refundable returns why no refund rf can be inserted for its charge:
-// ENOTFOUND, ENOTREFUNDABLE for a charge not captured, EREFUNDEXCEEDS for
-// one without rf's amount left; nil when it could be.
+// ENOTFOUND, or chargeonce.RefundRefusal's answer; nil when it could be.
 func (s *Store) refundable(ctx context.Context, rf chargeonce.Refund) error {
 	remaining, currency, status, err := s.refundedCharge(ctx, rf)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case status != chargeonce.StatusCaptured:
-		return chargeonce.NotRefundable(rf.ChargeID, status)
-	case remaining < max(rf.AmountCents, 1):
-		return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, remaining, currency)
 	}
-	return nil
+	return chargeonce.RefundRefusal(rf.ChargeID, rf.AmountCents, status, remaining, currency)
 }
 
 // refundedCharge reads what rf's charge may still refund, its currency and
@@ -404,9 +384,7 @@ ORDER BY created_at DESC, id DESC LIMIT $2`, args...)
 	if err != nil {
 		return chargeonce.RefundsPage{}, fmt.Errorf("listing refunds: %w", translate(err))
 	}
-	out := chargeonce.RefundsPage{Refunds: page}
-	if len(page) > p.Limit {
-		out.Refunds, out.HasMore = page[:p.Limit], true
-	}
+	out := chargeonce.RefundsPage{}
+	out.Refunds, out.HasMore = keyset.Trim(page, p.Limit, false)
 	return out, nil
 }

@@ -356,43 +356,93 @@ func (s *Store) KeyInsert(ctx context.Context, p chargeonce.KeyInsertParams) (ch
 		return chargeonce.KeyRecord{}, false, err
 	}
 	ch := p.Charge
+	return s.insertLoop(ctx, insertKind{
+		what: "inserting idempotency key", merchantID: ch.MerchantID, key: ch.IdempotencyKey, token: p.Token,
+	}, func() (chargeonce.KeyRecord, bool, bool, error) { return s.insertRound(ctx, p) })
+}
+
+// insertKind is what differs between the inserts of a charge's, a
+// refund's and an operation's record, for insertLoop.
+type insertKind struct {
+	what                   string // the errors' prefix: "inserting refund"
+	merchantID, key, token string // the record's key and the attempt's token
+	// refusal, when not nil, answers a round that wrote nothing for a
+	// reason of the kind's: err is the round's error (handled false leaves
+	// it to the loop), or pgx.ErrNoRows when no record holds the key on a
+	// second look. Its answer is returned as it is; nil goes round again.
+	refusal func(err error) (answer error, handled bool)
+}
+
+// insertLoop is the insert of every kind of record: a round of the kind's
+// insert (round returns the record it inserted, inserted, or the one
+// holding the key; pgx.ErrNoRows when it inserted none and saw none); a
+// second look, with a fresh snapshot, when the round saw no record (the
+// key is held by a record its snapshot cannot see: committed while it
+// waited on it, or inserted by an attempt earlier in the same batch, or
+// one a batch of new keys does not read, keyInsertNewBatchSQL; or the
+// record vanished meanwhile); and, for a completed record past its
+// expiry, its deletion and another round: a key reused after expiry is a
+// new intent. A record still processing has no expiry: it is an unsettled
+// charge, refund or operation that only recovery may finish, and the
+// attempt gets it as the existing record.
+//
+// round is a parameter of its own, not a field of k, so that KeyInsert's
+// closure stays on the stack: the common path allocates nothing more.
+func (s *Store) insertLoop(ctx context.Context, k insertKind, round func() (rec chargeonce.KeyRecord, inserted, expired bool, err error)) (chargeonce.KeyRecord, bool, error) {
 	for range keyInsertAttempts {
-		rec, inserted, expired, err := s.insertRound(ctx, p)
+		rec, inserted, expired, err := round()
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) && k.refusal != nil {
+			if answer, handled := k.refusal(err); handled {
+				if answer != nil {
+					return chargeonce.KeyRecord{}, false, answer
+				}
+				continue
+			}
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
-			// The key is taken by a record this statement's snapshot
-			// cannot see (committed while we waited on it, or inserted by
-			// an attempt earlier in the same batch), or by one a batch of
-			// new keys does not read (keyInsertNewBatchSQL), or the record
-			// vanished meanwhile. Look again with a fresh snapshot.
-			// A refund's record holding the key is read too (its request
-			// is another, so the attempt is answered 422).
-			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, ch.MerchantID, ch.IdempotencyKey))
+			// Any kind of record holding the key is read: another kind's
+			// request is another, so the attempt is answered 422.
+			rec, expired, err = scanAnyRecord(s.pool.QueryRow(ctx, anyRecordGetSQL, k.merchantID, k.key))
 			if errors.Is(err, pgx.ErrNoRows) {
+				if k.refusal != nil {
+					if answer, _ := k.refusal(err); answer != nil {
+						return chargeonce.KeyRecord{}, false, answer
+					}
+				}
 				continue // released or swept since: try the insert again
 			}
 			// A batch that failed after it committed (a connection lost on
 			// COMMIT) was run again as single statements: the record may
 			// be this very attempt's, which only it can hold the token of.
-			inserted = err == nil && rec.Token == p.Token
+			inserted = err == nil && rec.Token == k.token
 		}
 		if err != nil {
-			return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: %w", translate(err))
+			return chargeonce.KeyRecord{}, false, fmt.Errorf("%s: %w", k.what, translate(err))
 		}
 		if inserted {
 			return rec, true, nil
 		}
 		if expired && rec.State == chargeonce.KeyCompleted {
-			if _, err := s.pool.Exec(ctx, `
-				DELETE FROM idempotency_keys
-				WHERE merchant_id = $1 AND key = $2 AND state = 'completed' AND expires_at <= now()`,
-				ch.MerchantID, ch.IdempotencyKey); err != nil {
-				return chargeonce.KeyRecord{}, false, fmt.Errorf("deleting expired idempotency key: %w", translate(err))
+			if err := s.deleteExpiredKey(ctx, k.merchantID, k.key); err != nil {
+				return chargeonce.KeyRecord{}, false, err
 			}
 			continue
 		}
 		return rec, false, nil
 	}
-	return chargeonce.KeyRecord{}, false, fmt.Errorf("inserting idempotency key: the existing record kept disappearing; gave up after %d attempts", keyInsertAttempts)
+	return chargeonce.KeyRecord{}, false, fmt.Errorf("%s: the existing record kept disappearing; gave up after %d attempts", k.what, keyInsertAttempts)
+}
+
+// deleteExpiredKey deletes a completed record past its expiry, for
+// insertLoop to insert the key again.
+func (s *Store) deleteExpiredKey(ctx context.Context, merchantID, key string) error {
+	if _, err := s.pool.Exec(ctx, `
+		DELETE FROM idempotency_keys
+		WHERE merchant_id = $1 AND key = $2 AND state = 'completed' AND expires_at <= now()`,
+		merchantID, key); err != nil {
+		return fmt.Errorf("deleting expired idempotency key: %w", translate(err))
+	}
+	return nil
 }
 
 // insertRound runs one round of KeyInsert's insert: in a batch with

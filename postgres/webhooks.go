@@ -405,9 +405,7 @@ FROM `+from+` WHERE `+where+` ORDER BY created_at DESC, id DESC LIMIT $2`, args.
 	if err := rows.Err(); err != nil {
 		return page, fmt.Errorf("listing events: %w", translate(err))
 	}
-	if len(page.Events) > p.Limit {
-		page.Events, page.HasMore = page.Events[:p.Limit], true
-	}
+	page.Events, page.HasMore = keyset.Trim(page.Events, p.Limit, false)
 	return page, nil
 }
 
@@ -648,9 +646,10 @@ func (s *Store) WebhookDeliveryFinish(ctx context.Context, d chargeonce.WebhookD
 	// the endpoint and waited for this delivery (issue 48).
 	err := pgx.BeginFunc(ctx, s.deliveryPool(), func(tx pgx.Tx) error {
 		var (
-			found   bool
-			status  string
-			expired bool
+			found       bool
+			status      string
+			failingLong bool
+			reason      string
 		)
 		if o.Delivered {
 			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL
@@ -659,8 +658,8 @@ WHERE id = $1 AND failing_since IS NOT NULL`, d.Endpoint.ID); err != nil {
 			}
 		} else {
 			err := tx.QueryRow(ctx, `SELECT status,
-	failing_since IS NOT NULL AND $2::bigint > 0 AND now() - failing_since >= $2::bigint * interval '1 microsecond'
-FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE`, d.Endpoint.ID, o.DisableAfter.Microseconds()).Scan(&status, &expired)
+	failing_since IS NOT NULL AND now() - failing_since >= $2::bigint * interval '1 microsecond'
+FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE`, d.Endpoint.ID, o.DisableAfter.Microseconds()).Scan(&status, &failingLong)
 			switch {
 			case err == nil:
 				found = true
@@ -682,11 +681,7 @@ WHERE id = $1 AND token = $2 AND state = $5`, d.ID, d.Token, state, next, stateP
 		if o.Delivered || !found {
 			return nil
 		}
-		reason := o.Disable
-		if reason == "" {
-			reason = fmt.Sprintf("no 2xx for %s", o.DisableAfter)
-		}
-		disabled = status == string(chargeonce.EndpointEnabled) && (o.Disable != "" || expired)
+		disabled, reason = o.Disables(chargeonce.EndpointStatus(status), failingLong)
 		if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, now()),
 	status = CASE WHEN $2 THEN 'disabled' ELSE status END,
 	disabled_reason = CASE WHEN $2 THEN $3 ELSE disabled_reason END

@@ -317,15 +317,9 @@ func keyCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.Key
 	case chargeonce.KindCapture, chargeonce.KindCancel:
 		return operationCompleteTx(ctx, tx, q, p)
 	}
-	var chargeID string
-	err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
-		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
-	).Scan(&chargeID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return stale(p.Key)
-	}
+	chargeID, err := completeRecord(ctx, tx, q, p)
 	if err != nil {
-		return wrap("completing idempotency key", err)
+		return err
 	}
 	if _, err := tx.StmtContext(ctx, q.chargeComplete).ExecContext(ctx,
 		chargeID, string(p.ChargeStatus), p.DeclineCode,
@@ -333,6 +327,24 @@ func keyCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.Key
 		return wrap("completing charge", err)
 	}
 	return nil
+}
+
+// completeRecord completes p's record of any kind inside tx, a
+// compare-and-set on its token (ESTALE when the attempt no longer holds
+// it), and returns the id of what it guards: a charge, a refund or an
+// operation, for the kind to settle.
+func completeRecord(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.KeyCompleteParams) (string, error) {
+	var id string
+	err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
+		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
+	).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", stale(p.Key)
+	}
+	if err != nil {
+		return "", wrap("completing idempotency key", err)
+	}
+	return id, nil
 }
 
 // KeyRelease deletes a processing record and its charge when token owns it,

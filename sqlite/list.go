@@ -1,15 +1,14 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/chargeonce/chargeonce"
+	"github.com/chargeonce/chargeonce/internal/keyset"
 )
 
 // ChargesList returns one page of the merchant's charges, newest first
@@ -31,30 +30,18 @@ func (s *Store) ChargesList(ctx context.Context, p chargeonce.ChargesListParams)
 	if s.closing.Load() {
 		return chargeonce.ChargesPage{}, translate(errClosed)
 	}
-	backward := p.EndingBefore != ""
-	args := []any{p.MerchantID, p.Limit + 1}
-	var where strings.Builder
-	where.WriteString("c.merchant_id = ?1")
-	if p.OrderID != 0 {
-		args = append(args, p.OrderID)
-		fmt.Fprintf(&where, " AND c.order_id = ?%d", len(args))
-	}
-	if cursor := cmp.Or(p.StartingAfter, p.EndingBefore); cursor != "" {
-		at, err := s.cursor(ctx, p.MerchantID, cursor, cursorParam(p))
+	pg := keyset.Charges(p, "?", "c.")
+	if pg.Cursor != "" {
+		at, err := s.cursor(ctx, p.MerchantID, pg.Cursor, p.CursorParam())
 		if err != nil {
 			return chargeonce.ChargesPage{}, err
 		}
-		args = append(args, at, cursor)
-		op := "<"
-		if backward {
-			op = ">"
-		}
-		fmt.Fprintf(&where, " AND (c.created_at, c.id) %s (?%d, ?%d)", op, len(args)-1, len(args))
+		pg.At = at
 	}
-	order := "created_at DESC, id DESC"
-	if backward {
-		order = "created_at, id"
-	}
+	where, args := pg.Where()
+	inner := pg.Order()
+	pg.Alias = ""
+	order := pg.Order()
 	statuses := chargeonce.Statuses
 	if p.Status != "" {
 		statuses = []chargeonce.Status{p.Status}
@@ -65,8 +52,8 @@ func (s *Store) ChargesList(ctx context.Context, p chargeonce.ChargesListParams)
 			q.WriteString("\nUNION ALL\n")
 		}
 		// st is one of the three constants, never the client's text.
-		fmt.Fprintf(&q, "SELECT * FROM (SELECT %s FROM charges c WHERE %s AND c.status = '%s' ORDER BY c.%s LIMIT ?2)",
-			chargeColumnsC, where.String(), st, strings.ReplaceAll(order, ", ", ", c."))
+		fmt.Fprintf(&q, "SELECT * FROM (SELECT %s FROM charges c WHERE %s AND c.status = '%s' ORDER BY %s LIMIT ?2)",
+			chargeColumnsC, where, st, inner)
 	}
 	fmt.Fprintf(&q, "\nORDER BY %s LIMIT ?2", order)
 
@@ -86,21 +73,8 @@ func (s *Store) ChargesList(ctx context.Context, p chargeonce.ChargesListParams)
 	if err := rows.Err(); err != nil {
 		return chargeonce.ChargesPage{}, wrap("listing charges", err)
 	}
-	if len(page.Charges) > p.Limit {
-		page.Charges, page.HasMore = page.Charges[:p.Limit], true
-	}
-	if backward {
-		slices.Reverse(page.Charges)
-	}
+	page.Charges, page.HasMore = keyset.Trim(page.Charges, p.Limit, pg.Backward)
 	return page, nil
-}
-
-// cursorParam names the cursor parameter p uses, for its errors.
-func cursorParam(p chargeonce.ChargesListParams) string {
-	if p.EndingBefore != "" {
-		return "ending_before"
-	}
-	return "starting_after"
 }
 
 // cursor returns the created_at (unix µs) of the merchant's charge id, the

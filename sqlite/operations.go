@@ -62,74 +62,90 @@ func (r *operationRow) operationOrNil() *chargeonce.Operation {
 	}
 }
 
-// OperationInsert inserts the operation's record first, then (when it
-// won, and the charge is authorized and the amount within it) the pending
-// operation, in one transaction on the single writer: operations of one
-// charge are serialized by it, and the partial unique index behind it
-// keeps one pending or succeeded per charge. A refusal rolls the record
-// back with it.
+// OperationInsert inserts the operation's record first (objectInsert),
+// then (when it won, and the charge is authorized and the amount within
+// it) the pending operation, in one transaction on the single writer:
+// operations of one charge are serialized by it, and the partial unique
+// index behind it keeps one pending or succeeded per charge. A refusal
+// rolls the record back with it.
 func (s *Store) OperationInsert(ctx context.Context, p chargeonce.OperationInsertParams) (chargeonce.KeyRecord, bool, error) {
 	if err := p.CheckText(); err != nil {
-		return chargeonce.KeyRecord{}, false, err
-	}
-	q, err := s.prepared(ctx)
-	if err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
 	op := p.Operation
 	if op.Kind == chargeonce.KindCancel {
 		op.AmountCents = 0
 	}
+	return s.objectInsert(ctx, "inserting "+string(op.Kind), op.MerchantID, op.IdempotencyKey, op.ID, p.Fingerprint, p.Token, p.Lease,
+		func(ctx context.Context, tx *sql.Tx, _ *queries, rec *chargeonce.KeyRecord, createdAt int64) error {
+			var cr chargeRow
+			err := tx.QueryRowContext(ctx, `SELECT `+chargeColumnsC+` FROM charges c WHERE c.merchant_id = ?1 AND c.id = ?2`,
+				op.MerchantID, op.ChargeID).Scan(cr.dest()...)
+			if errors.Is(err, sql.ErrNoRows) {
+				return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", op.ChargeID)
+			}
+			if err != nil {
+				return wrap("reading the charge of a "+string(op.Kind), err)
+			}
+			ch := cr.charge()
+			var live sql.NullString
+			if err := tx.QueryRowContext(ctx, `SELECT kind FROM charge_operations WHERE charge_id = ?1 AND status <> 'failed' LIMIT 1`,
+				op.ChargeID).Scan(&live); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return wrap("reading the operations of the charge", err)
+			}
+			if err := chargeonce.OperationRefusal(op.ChargeID, op.Kind, op.AmountCents, ch.Status, ch.AmountCents, ch.Currency, chargeonce.RecordKind(live.String)); err != nil {
+				return err
+			}
+			amount := op.AmountCents
+			if amount == 0 {
+				amount = ch.AmountCents
+			}
+			if _, err := tx.ExecContext(ctx, sqlOperationInsert, op.ID, op.MerchantID, op.IdempotencyKey, op.ChargeID,
+				string(op.Kind), amount, ch.Currency, createdAt); err != nil {
+				return wrap("inserting "+string(op.Kind), err)
+			}
+			no := op
+			no.AmountCents, no.Currency, no.Status, no.FailureReason, no.CreatedAt = amount, ch.Currency, chargeonce.OperationPending, "", rec.CreatedAt
+			rec.Charge, rec.Operation = ch, &no
+			return nil
+		})
+}
+
+// objectInsert is the frame of RefundInsert and OperationInsert, in one
+// transaction on the single writer: the record first (insertObjectKey), so
+// that a replay or a key in flight is answered with its record whatever
+// the charge's state now; then, for a record of the attempt's own, insert,
+// the kind's statements, given the new record (its key, lease and creation
+// time; createdAt in microseconds) to set its Charge and its refund or
+// operation. An error of insert rolls the record back with it.
+func (s *Store) objectInsert(ctx context.Context, what, merchantID, key, objectID, fingerprint, token string, lease time.Duration,
+	insert func(ctx context.Context, tx *sql.Tx, q *queries, rec *chargeonce.KeyRecord, createdAt int64) error,
+) (chargeonce.KeyRecord, bool, error) {
+	q, err := s.prepared(ctx)
+	if err != nil {
+		return chargeonce.KeyRecord{}, false, err
+	}
 	var (
 		rec      chargeonce.KeyRecord
 		inserted bool
 	)
-	err = s.write(ctx, "inserting "+string(op.Kind), func(ctx context.Context, tx *sql.Tx) error {
-		createdAt, leaseUntil, leaseExpired, existing, err := insertObjectKey(ctx, tx, q, op.MerchantID, op.IdempotencyKey, op.ID, p.Fingerprint, p.Token, p.Lease)
+	err = s.write(ctx, what, func(ctx context.Context, tx *sql.Tx) error {
+		rec, inserted = chargeonce.KeyRecord{}, false
+		createdAt, leaseUntil, leaseExpired, existing, err := insertObjectKey(ctx, tx, q, merchantID, key, objectID, fingerprint, token, lease)
 		if err != nil || existing != nil {
 			if existing != nil {
 				rec = *existing
 			}
 			return err
 		}
-		var cr chargeRow
-		err = tx.QueryRowContext(ctx, `SELECT `+chargeColumnsC+` FROM charges c WHERE c.merchant_id = ?1 AND c.id = ?2`,
-			op.MerchantID, op.ChargeID).Scan(cr.dest()...)
-		if errors.Is(err, sql.ErrNoRows) {
-			return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", op.ChargeID)
-		}
-		if err != nil {
-			return wrap("reading the charge of a "+string(op.Kind), err)
-		}
-		ch := cr.charge()
-		var live sql.NullString
-		if err := tx.QueryRowContext(ctx, `SELECT kind FROM charge_operations WHERE charge_id = ?1 AND status <> 'failed' LIMIT 1`,
-			op.ChargeID).Scan(&live); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return wrap("reading the operations of the charge", err)
-		}
-		switch {
-		case live.Valid:
-			return chargeonce.NotAuthorized(op.ChargeID, op.Kind, ch.Status, chargeonce.RecordKind(live.String))
-		case ch.Status != chargeonce.StatusAuthorized:
-			return chargeonce.NotAuthorized(op.ChargeID, op.Kind, ch.Status, "")
-		case op.AmountCents > ch.AmountCents:
-			return chargeonce.CaptureExceeds(op.ChargeID, op.AmountCents, ch.AmountCents, ch.Currency)
-		}
-		amount := op.AmountCents
-		if amount == 0 {
-			amount = ch.AmountCents
-		}
-		if _, err := tx.ExecContext(ctx, sqlOperationInsert, op.ID, op.MerchantID, op.IdempotencyKey, op.ChargeID,
-			string(op.Kind), amount, ch.Currency, createdAt); err != nil {
-			return wrap("inserting "+string(op.Kind), err)
-		}
-		no := op
-		no.AmountCents, no.Currency, no.Status, no.FailureReason, no.CreatedAt = amount, ch.Currency, chargeonce.OperationPending, "", fromMicros(createdAt)
 		rec = chargeonce.KeyRecord{
-			MerchantID: op.MerchantID, Key: op.IdempotencyKey, Fingerprint: p.Fingerprint, Token: p.Token,
+			MerchantID: merchantID, Key: key, Fingerprint: fingerprint, Token: token,
 			State: chargeonce.KeyProcessing, LeaseUntil: fromMicros(leaseUntil), LeaseExpired: leaseExpired,
-			LeaseHeld: true, CreatedAt: no.CreatedAt, Charge: ch, Operation: &no,
+			LeaseHeld: true, CreatedAt: fromMicros(createdAt),
 			LeaseRemaining: time.Duration(max(0, leaseUntil-createdAt)) * time.Microsecond,
+		}
+		if err := insert(ctx, tx, q, &rec, createdAt); err != nil {
+			return err
 		}
 		inserted = true
 		return nil
@@ -147,15 +163,9 @@ func operationCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeon
 	if !p.OperationStatus.Final() {
 		return chargeonce.Errorf(chargeonce.EINVALID, "a %s completes succeeded or failed, not %q", p.Kind, p.OperationStatus)
 	}
-	var opID string
-	err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
-		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
-	).Scan(&opID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return stale(p.Key)
-	}
+	opID, err := completeRecord(ctx, tx, q, p)
 	if err != nil {
-		return wrap("completing idempotency key", err)
+		return err
 	}
 	var chargeID, kind string
 	var amount int64

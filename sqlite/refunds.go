@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"time"
 
 	"github.com/chargeonce/chargeonce"
 	"github.com/chargeonce/chargeonce/internal/keyset"
@@ -69,81 +68,55 @@ func (r *refundRow) refund() chargeonce.Refund {
 	}
 }
 
-// RefundInsert inserts the refund's record first, then (when it won) adds
-// its amount to the charge's refunded amount and inserts the pending
-// refund, in one transaction on the single writer: the refunds of one
-// charge are serialized by it, and the guarded UPDATE (with the CHECK on
-// charges behind it) refuses more refunded than captured, rolling the
-// record back with it.
+// RefundInsert inserts the refund's record first (objectInsert), then
+// (when it won) adds its amount to the charge's refunded amount and inserts
+// the pending refund, in one transaction on the single writer: the refunds
+// of one charge are serialized by it, and the guarded UPDATE (with the
+// CHECK on charges behind it) refuses more refunded than captured, rolling
+// the record back with it.
 func (s *Store) RefundInsert(ctx context.Context, p chargeonce.RefundInsertParams) (chargeonce.KeyRecord, bool, error) {
 	if err := p.CheckText(); err != nil {
 		return chargeonce.KeyRecord{}, false, err
 	}
-	q, err := s.prepared(ctx)
-	if err != nil {
-		return chargeonce.KeyRecord{}, false, err
-	}
 	rf := p.Refund
-	var (
-		rec      chargeonce.KeyRecord
-		inserted bool
-	)
-	err = s.write(ctx, "inserting refund", func(ctx context.Context, tx *sql.Tx) error {
-		// The key first: a replay or a key in flight is answered with its
-		// record whatever the charge's state now.
-		createdAt, leaseUntil, leaseExpired, existing, err := insertObjectKey(ctx, tx, q, rf.MerchantID, rf.IdempotencyKey, rf.ID, p.Fingerprint, p.Token, p.Lease)
-		if err != nil || existing != nil {
-			if existing != nil {
-				rec = *existing
+	return s.objectInsert(ctx, "inserting refund", rf.MerchantID, rf.IdempotencyKey, rf.ID, p.Fingerprint, p.Token, p.Lease,
+		func(ctx context.Context, tx *sql.Tx, q *queries, rec *chargeonce.KeyRecord, createdAt int64) error {
+			// The charge's refunded amount, guarded: no row when the
+			// charge is not captured or the sum would pass its amount (an
+			// error rolls this write back to its savepoint, the key with it).
+			amount := rf.AmountCents
+			if amount == 0 {
+				var remaining int64
+				err := tx.QueryRowContext(ctx, `SELECT coalesce(captured_cents, amount_cents) - refunded_cents FROM charges WHERE merchant_id = ?1 AND id = ?2`,
+					rf.MerchantID, rf.ChargeID).Scan(&remaining)
+				if err != nil && !errors.Is(err, sql.ErrNoRows) {
+					return wrap("reading the refunded charge", err)
+				}
+				amount = remaining
 			}
-			return err
-		}
-		// Then the charge's refunded amount, guarded: no row when the
-		// charge is not captured or the sum would pass its amount (an
-		// error rolls this write back to its savepoint, the key with it).
-		amount := rf.AmountCents
-		if amount == 0 {
-			var remaining int64
-			err := tx.QueryRowContext(ctx, `SELECT coalesce(captured_cents, amount_cents) - refunded_cents FROM charges WHERE merchant_id = ?1 AND id = ?2`,
-				rf.MerchantID, rf.ChargeID).Scan(&remaining)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return wrap("reading the refunded charge", err)
+			var cr chargeRow
+			err := tx.StmtContext(ctx, q.refundAdd).QueryRowContext(ctx, rf.MerchantID, rf.ChargeID, amount).Scan(cr.dest()...)
+			if errors.Is(err, sql.ErrNoRows) || amount <= 0 {
+				return refusedRefund(ctx, tx, rf)
 			}
-			amount = remaining
-		}
-		var cr chargeRow
-		err = tx.StmtContext(ctx, q.refundAdd).QueryRowContext(ctx, rf.MerchantID, rf.ChargeID, amount).Scan(cr.dest()...)
-		if errors.Is(err, sql.ErrNoRows) || amount <= 0 {
-			return refusedRefund(ctx, tx, rf)
-		}
-		if err != nil {
-			return wrap("adding to the charge's refunded amount", err)
-		}
-		if _, err := tx.StmtContext(ctx, q.refundInsert).ExecContext(ctx, rf.ID, rf.MerchantID, rf.IdempotencyKey, rf.ChargeID,
-			amount, cr.c.Currency, rf.Reason, chargeonce.MetadataText(rf.Metadata), createdAt); err != nil {
-			return wrap("inserting refund", err)
-		}
-		ch := cr.charge()
-		currency := ch.Currency
-		nr := rf
-		nr.AmountCents, nr.Currency, nr.Status, nr.FailureReason, nr.CreatedAt = amount, currency, chargeonce.RefundPending, "", fromMicros(createdAt)
-		rec = chargeonce.KeyRecord{
-			MerchantID: rf.MerchantID, Key: rf.IdempotencyKey, Fingerprint: p.Fingerprint, Token: p.Token,
-			State: chargeonce.KeyProcessing, LeaseUntil: fromMicros(leaseUntil), LeaseExpired: leaseExpired,
-			LeaseHeld: true, CreatedAt: nr.CreatedAt, Charge: ch, Refund: &nr,
-			LeaseRemaining: time.Duration(max(0, leaseUntil-createdAt)) * time.Microsecond,
-		}
-		inserted = true
-		return nil
-	})
-	if err != nil {
-		return chargeonce.KeyRecord{}, false, err
-	}
-	return rec, inserted, nil
+			if err != nil {
+				return wrap("adding to the charge's refunded amount", err)
+			}
+			if _, err := tx.StmtContext(ctx, q.refundInsert).ExecContext(ctx, rf.ID, rf.MerchantID, rf.IdempotencyKey, rf.ChargeID,
+				amount, cr.c.Currency, rf.Reason, chargeonce.MetadataText(rf.Metadata), createdAt); err != nil {
+				return wrap("inserting refund", err)
+			}
+			nr := rf
+			nr.AmountCents, nr.Currency, nr.Status, nr.FailureReason, nr.CreatedAt = amount, cr.c.Currency, chargeonce.RefundPending, "", rec.CreatedAt
+			rec.Charge, rec.Refund = cr.charge(), &nr
+			return nil
+		})
 }
 
 // refusedRefund says why no refund of rf could be added to its charge:
-// ENOTFOUND, ENOTREFUNDABLE, or EREFUNDEXCEEDS naming what remains.
+// ENOTFOUND, or chargeonce.RefundRefusal's answer; EREFUNDEXCEEDS naming
+// what remains when the rule finds nothing to refuse (the guarded UPDATE,
+// or the CHECK behind it, refused the sum).
 func refusedRefund(ctx context.Context, tx *sql.Tx, rf chargeonce.Refund) error {
 	var (
 		status, currency string
@@ -156,8 +129,9 @@ func refusedRefund(ctx context.Context, tx *sql.Tx, rf chargeonce.Refund) error 
 		return chargeonce.Errorf(chargeonce.ENOTFOUND, "charge %q not found", rf.ChargeID)
 	case err != nil:
 		return wrap("reading the refunded charge", err)
-	case status != string(chargeonce.StatusCaptured):
-		return chargeonce.NotRefundable(rf.ChargeID, chargeonce.Status(status))
+	}
+	if err := chargeonce.RefundRefusal(rf.ChargeID, rf.AmountCents, chargeonce.Status(status), amount-refunded, currency); err != nil {
+		return err
 	}
 	return chargeonce.RefundExceeds(rf.ChargeID, rf.AmountCents, amount-refunded, currency)
 }
@@ -167,15 +141,9 @@ func refundCompleteTx(ctx context.Context, tx *sql.Tx, q *queries, p chargeonce.
 	if !p.RefundStatus.Final() {
 		return chargeonce.Errorf(chargeonce.EINVALID, "a refund completes succeeded, failed or canceled, not %q", p.RefundStatus)
 	}
-	var refundID string
-	err := tx.StmtContext(ctx, q.keyComplete).QueryRowContext(ctx,
-		p.MerchantID, p.Key, p.Token, p.ResponseStatus, p.ResponseBody, micros(p.TTL),
-	).Scan(&refundID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return stale(p.Key)
-	}
+	refundID, err := completeRecord(ctx, tx, q, p)
 	if err != nil {
-		return wrap("completing idempotency key", err)
+		return err
 	}
 	var chargeID string
 	var amount int64
@@ -248,9 +216,7 @@ func (s *Store) RefundsList(ctx context.Context, p chargeonce.RefundsListParams)
 	if err := rows.Err(); err != nil {
 		return chargeonce.RefundsPage{}, wrap("listing refunds", err)
 	}
-	if len(page.Refunds) > p.Limit {
-		page.Refunds, page.HasMore = page.Refunds[:p.Limit], true
-	}
+	page.Refunds, page.HasMore = keyset.Trim(page.Refunds, p.Limit, false)
 	return page, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/chargeonce/chargeonce"
@@ -400,9 +399,7 @@ func (s *Store) WebhookEventsList(ctx context.Context, p chargeonce.EventsListPa
 	if err := rows.Err(); err != nil {
 		return page, wrap("listing events", err)
 	}
-	if len(page.Events) > p.Limit {
-		page.Events, page.HasMore = page.Events[:p.Limit], true
-	}
+	page.Events, page.HasMore = keyset.Trim(page.Events, p.Limit, false)
 	return page, nil
 }
 
@@ -554,23 +551,20 @@ WHERE id = ?1 AND token = ?2 AND state = 'pending'`, d.ID, d.Token, state, micro
 			return nil
 		}
 		var (
-			status  string
-			expired bool
+			status      string
+			failingLong bool
+			reason      string
 		)
 		err = tx.QueryRowContext(ctx, `SELECT status,
-	failing_since IS NOT NULL AND ?2 > 0 AND `+nowMicros+` - failing_since >= ?2
-FROM webhook_endpoints WHERE id = ?1`, d.Endpoint.ID, o.DisableAfter.Microseconds()).Scan(&status, &expired)
+	failing_since IS NOT NULL AND `+nowMicros+` - failing_since >= ?2
+FROM webhook_endpoints WHERE id = ?1`, d.Endpoint.ID, o.DisableAfter.Microseconds()).Scan(&status, &failingLong)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return wrap("finishing webhook delivery", err)
 		}
-		reason := o.Disable
-		if reason == "" {
-			reason = fmt.Sprintf("no 2xx for %s", o.DisableAfter)
-		}
-		disabled = status == string(chargeonce.EndpointEnabled) && (o.Disable != "" || expired)
+		disabled, reason = o.Disables(chargeonce.EndpointStatus(status), failingLong)
 		if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, `+nowMicros+`),
 	status = CASE WHEN ?2 THEN 'disabled' ELSE status END,
 	disabled_reason = CASE WHEN ?2 THEN ?3 ELSE disabled_reason END
