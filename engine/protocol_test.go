@@ -1,8 +1,9 @@
-package httpapi_test
+package engine_test
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -165,7 +166,7 @@ func protocolKinds() []protocolKind {
 					id = c.otherSubject
 				}
 			}
-			return operate(t, base, id, verb, key, b)
+			return protocolPost(t, base, "/v1/charges/"+id+"/"+verb, key, b)
 		}
 	}
 	return []protocolKind{
@@ -177,6 +178,26 @@ func protocolKinds() []protocolKind {
 		{name: "capture", newCode: 200, prepare: authorized, send: opSend("capture", `{"amount_cents": 3000}`, `{"amount_cents": 2999}`)},
 		{name: "cancel", newCode: 200, prepare: authorized, send: opSend("cancel", "", "")},
 	}
+}
+
+// protocolSeq numbers the orders and keys of the table's charges.
+var protocolSeq atomic.Int64
+
+func init() { protocolSeq.Store(time.Now().UnixNano() % 1e9 * 1000) }
+
+// protocolPost posts body (none when empty) to path under base with the
+// Idempotency-Key key.
+func protocolPost(t *testing.T, base, path, key, body string) apitest.Result {
+	t.Helper()
+	var b []byte
+	if body != "" {
+		b = []byte(body)
+	}
+	r, err := apitest.Do(t, nil, "POST", base+path, b, map[string]string{"Idempotency-Key": key})
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return r
 }
 
 // protocolCell is one cell's world: a fresh SQLite store, a simulator
@@ -205,7 +226,7 @@ func newProtocolCell(t *testing.T, k protocolKind, opts func(*engine.Options)) *
 		store:   apitest.Store(t, "sqlite"),
 		acq:     &protoAcquirer{sim: apitest.Simulator(t, acquirer.Options{}), entered: make(chan struct{}, 1), release: make(chan struct{})},
 		history: &countingHistory{},
-		order:   orderSeq.Add(1),
+		order:   protocolSeq.Add(1),
 	}
 	o := protocolOptions(c.history)
 	if opts != nil {
@@ -228,12 +249,15 @@ func (c *protocolCell) charge(t *testing.T, base string, manual bool) string {
 	if manual {
 		m = `, "capture_method": "manual"`
 	}
-	r := apitest.Charge(t, base, fmt.Sprintf("subject-%d", orderSeq.Add(1)),
-		fmt.Sprintf(`{"order_id": %d, "amount_cents": 5000, "currency": "BRL", "payment_token": "tok_ok"%s}`, orderSeq.Add(1), m))
-	if r.Status != 201 {
+	r := apitest.Charge(t, base, fmt.Sprintf("subject-%d", protocolSeq.Add(1)),
+		fmt.Sprintf(`{"order_id": %d, "amount_cents": 5000, "currency": "BRL", "payment_token": "tok_ok"%s}`, protocolSeq.Add(1), m))
+	var ch struct {
+		ID string `json:"id"`
+	}
+	if r.Status != 201 || json.Unmarshal(r.Body, &ch) != nil || ch.ID == "" {
 		t.Fatalf("preparing the subject: %d %s", r.Status, r.Body)
 	}
-	return decodeCharge(t, r.Body).ID
+	return ch.ID
 }
 
 // describe is an answer as the table shows it: the status, and a
@@ -243,7 +267,17 @@ func describe(t *testing.T, r apitest.Result) string {
 	if r.Status < 400 {
 		return fmt.Sprint(r.Status)
 	}
-	p := decodeProblem(t, r)
+	var p struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("a %d with Content-Type %q; want application/problem+json: %s", r.Status, ct, r.Body)
+	}
+	if err := json.Unmarshal(r.Body, &p); err != nil || p.Status != r.Status || p.Title == "" {
+		t.Errorf("a %d whose problem does not say so: %s", r.Status, r.Body)
+	}
 	return fmt.Sprintf("%d %s", r.Status, p.Type[strings.LastIndex(p.Type, "/")+1:])
 }
 
@@ -359,7 +393,7 @@ var protocolSituations = map[string]func(t *testing.T, k protocolKind) string{
 		o := protocolOptions(c.history)
 		o.MerchantRate = engine.Rate{PerSecond: 1.0 / 3600, Burst: 1}
 		other := apitest.Start(t, c.store, c.acq, o)
-		if r := apitest.Charge(t, other.URL, "spend", chargeBody(orderSeq.Add(1), "tok_ok")); r.Status != 201 {
+		if r := apitest.Charge(t, other.URL, "spend", fmt.Sprintf(`{"order_id": %d, "amount_cents": 5000, "currency": "BRL", "payment_token": "tok_ok"}`, protocolSeq.Add(1))); r.Status != 201 {
 			t.Fatalf("spending the other instance's token: %d %s", r.Status, r.Body)
 		}
 		calls := c.acq.calls.Load()
