@@ -326,14 +326,25 @@ var protocolSituations = map[string]func(t *testing.T, k protocolKind) string{
 		c := newProtocolCell(t, k, nil)
 		c.acq.setMode(modeHold)
 		first := make(chan apitest.Result, 1)
-		go func() { first <- k.send(t, c, c.inst.URL, "k", false) }()
+		// Released however the cell ends, before its server closes
+		// (which waits for the held request).
+		var once sync.Once
+		release := func() { once.Do(func() { close(c.acq.release) }) }
+		t.Cleanup(release)
+		go func() {
+			// A send that fails the test ends this goroutine: the zero
+			// result still reaches the cell.
+			var r apitest.Result
+			defer func() { first <- r }()
+			r = k.send(t, c, c.inst.URL, "k", false)
+		}()
 		select {
 		case <-c.acq.entered:
 		case <-time.After(time.Minute):
 			t.Fatal("the first attempt never reached the acquirer")
 		}
 		r := k.send(t, c, c.inst.URL, "k", false)
-		close(c.acq.release)
+		release()
 		if f := <-first; f.Status != k.newCode {
 			t.Errorf("the held attempt, released: %d %s; want %d", f.Status, f.Body, k.newCode)
 		}
