@@ -1,5 +1,5 @@
 # The common tasks, with one obvious spelling each. `make help` lists them.
-.PHONY: help build install run test test-full test-v lint bench bench-full fuzz chaos chaos-ha
+.PHONY: help build install run test test-suite test-full test-v lint bench bench-full fuzz chaos chaos-ha
 
 # How long `make fuzz` runs each fuzz target: FUZZTIME=5m make fuzz.
 FUZZTIME ?= 30s
@@ -25,7 +25,10 @@ install: ## go install ./cmd/chargeonce: chargeonce on your PATH ($(go env GOPAT
 run: ## run the service on the embedded SQLite default
 	go run ./cmd/chargeonce serve
 
-test: ## the README's test command: installs PgBouncer and Chromium when missing, then go test -race ./... but the full tier
+test: ## the quick tier (scripts/test-quick.sh): the docs, engine, idempotency, wire, SQLite store and simulator tests and the protocol table, with -race, no PostgreSQL; minutes, not half an hour
+	./scripts/test-quick.sh
+
+test-suite: ## the README's test command, CI's suite: installs PgBouncer and Chromium when missing, then go test -race ./... but the full tier
 	./scripts/test.sh
 
 test-full: ## the full tier CI runs besides: the HA chaos test (installs Patroni and etcd when missing; about 3 minutes) and the wall-clock fairness tests

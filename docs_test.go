@@ -670,10 +670,20 @@ func TestTestTiers(t *testing.T) {
 	if mk := readDoc(t, "Makefile"); !strings.Contains(mk, "test-full:") || !strings.Contains(mk, theTestCommand+" --full") {
 		t.Errorf("the Makefile has no test-full target running %s --full", theTestCommand)
 	}
-	for _, name := range regexp.MustCompile(`\^?(Test\w+)\$?`).FindAllStringSubmatch(m[1], -1) {
+	// The quick tier (make test) is a selection too: packages, and tests
+	// of them left to the suite.
+	quick := readDoc(t, "scripts/test-quick.sh")
+	if mk := readDoc(t, "Makefile"); !strings.Contains(mk, "\ntest: ") || !strings.Contains(mk, "\t./scripts/test-quick.sh\n") {
+		t.Errorf("the Makefile's test target does not run ./scripts/test-quick.sh")
+	}
+	q := regexp.MustCompile(`(?m)^QUICK_SKIP='([^']+)'$`).FindStringSubmatch(quick)
+	if q == nil || !strings.Contains(quick, `-skip "$QUICK_SKIP"`) {
+		t.Fatal(`scripts/test-quick.sh names no QUICK_SKIP='…' pattern it runs go test -skip with`)
+	}
+	for _, name := range regexp.MustCompile(`\^?(Test\w+)\$?`).FindAllStringSubmatch(m[1]+"|"+q[1], -1) {
 		out, err := exec.CommandContext(t.Context(), "grep", "-rlE", "--include=*_test.go", `^func `+name[1]+`\(`, ".").Output()
 		if err != nil || len(bytes.TrimSpace(out)) == 0 {
-			t.Errorf("FULL_TIER names %s, which no _test.go file declares", name[1])
+			t.Errorf("FULL_TIER or QUICK_SKIP names %s, which no _test.go file declares", name[1])
 		}
 	}
 }
