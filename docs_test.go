@@ -13,10 +13,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/chargeonce/chargeonce/internal/apitest"
 )
 
 // readmeMaxLines keeps the README a page a newcomer reads in five minutes;
@@ -346,7 +347,7 @@ func TestDocsRunAsWritten(t *testing.T) {
 	api, adminAddr, acq := docFreeAddr(t), docFreeAddr(t), docFreeAddr(t)
 	serve := exec.CommandContext(t.Context(), filepath.Join(bin, "chargeonce"), "serve", "--addr", api, "--admin-addr", adminAddr)
 	serve.Dir = home
-	serveLog := &lockedBuffer{}
+	serveLog := &apitest.Buffer{} // serve's log: written by exec's copying goroutine, read on a failure
 	serve.Stdout, serve.Stderr = serveLog, serveLog
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
@@ -371,25 +372,6 @@ func TestDocsRunAsWritten(t *testing.T) {
 	if failed > 0 {
 		t.Logf("%d of %d doc blocks failed; serve's log:\n%s", failed, runnable, tailOf(serveLog.String(), 40))
 	}
-}
-
-// lockedBuffer is serve's log: written by exec's copying goroutine, read
-// by the test on a failure.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 type docResult struct {

@@ -22,18 +22,7 @@ func TestWebhookEndpointGet(t *testing.T) {
 			store := apitest.Store(t, kind)
 			sim := apitest.Simulator(t, acquirer.Options{})
 			base := startLikeServe(t, store, sim, engine.Options{AcquirerTimeout: 5 * time.Second, Lease: 10 * time.Second})
-			do := func(method, path, body string, headers map[string]string) apitest.Result {
-				t.Helper()
-				var b []byte
-				if body != "" {
-					b = []byte(body)
-				}
-				r, err := apitest.Do(t, nil, method, base+path, b, headers)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return r
-			}
+			do := caller(t, base)
 			created := do("POST", "/v1/webhook_endpoints", `{"url":"https://hooks.example.com/get","description":"orders"}`, nil)
 			var ep struct{ ID, Secret string }
 			if created.Status != 201 || json.Unmarshal(created.Body, &ep) != nil {

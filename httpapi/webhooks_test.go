@@ -23,18 +23,7 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 			store := apitest.Store(t, kind)
 			sim := apitest.Simulator(t, acquirer.Options{})
 			base := startLikeServe(t, store, sim, engine.Options{AcquirerTimeout: 5 * time.Second, Lease: 10 * time.Second})
-			do := func(method, path, body string, headers map[string]string) apitest.Result {
-				t.Helper()
-				var b []byte
-				if body != "" {
-					b = []byte(body)
-				}
-				r, err := apitest.Do(t, nil, method, base+path, b, headers)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return r
-			}
+			do := caller(t, base)
 			other := map[string]string{"Authorization": "Bearer " + apitest.OtherAPIKey}
 
 			created := do("POST", "/v1/webhook_endpoints", `{"url":"https://hooks.example.com/a"}`, nil)
@@ -125,5 +114,22 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 				t.Fatalf("delete: %d %s", r.Status, r.Body)
 			}
 		})
+	}
+}
+
+// caller returns a function that sends a request to the API at base (an
+// empty body sends none) and fails the test when it cannot be sent.
+func caller(t *testing.T, base string) func(method, path, body string, headers map[string]string) apitest.Result {
+	return func(method, path, body string, headers map[string]string) apitest.Result {
+		t.Helper()
+		var b []byte
+		if body != "" {
+			b = []byte(body)
+		}
+		r, err := apitest.Do(t, nil, method, base+path, b, headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 }
